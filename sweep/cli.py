@@ -1,0 +1,76 @@
+"""`headsweep <verb> CONFIG [key=value ...] --out DIR`.
+
+Bad input (unknown key, wrong type, impossible lengths, a GPU that is not there) is one line on stderr naming the key
+and the reason, exit code 2, and nothing written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trainables.errors import ConfigError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, like every other bad-input error
+        self.exit(EXIT_BAD_INPUT, f"headsweep: error: {message} (see headsweep --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="headsweep", description=__doc__.splitlines()[0])
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    train = verbs.add_parser("train", help="train one model and write config.yaml, metrics.jsonl, result.json, attention.npz")
+    train.add_argument("config", help="YAML file in configs/ (its keys override the schema's defaults)")
+    train.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. task.lengths.low=3 seed=1")
+    train.add_argument("--out", required=True, type=Path, help="output directory (created; re-running resumes)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"train": _train}[args.verb](args)
+    except ConfigError as e:
+        print(f"headsweep: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _train(args) -> int:
+    from trainables import config as config_module
+    from trainables.logger import JsonlSink, Logger
+    from trainables.train import save, train
+
+    cfg = config_module.load(args.config, args.overrides)
+    resolved = config_module.to_yaml(cfg)
+    out = args.out
+    if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
+        raise ConfigError("--out", f"{out} holds a run of a different config; choose another directory")
+    if (out / "result.json").exists():
+        print(f"already finished: {_summary(json.loads((out / 'result.json').read_text()))}  [{out}]")
+        return 0
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(resolved)
+    (out / "metrics.jsonl").unlink(missing_ok=True)  # an unfinished earlier attempt restarts from step 0
+    with Logger(JsonlSink(out / "metrics.jsonl")) as logger:
+        result = train(cfg, logger)
+    save(result, out)
+    print(f"{_summary(result.metrics)}  [{out}]")
+    return 0
+
+
+def _summary(m: dict) -> str:
+    def fmt(key: str) -> str:
+        value = m.get(key)
+        return f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
+
+    keys = ("ood/acc", "id/acc", "ood/pseudo_rate", "mech/induction_score", "data/max_sum_ratio", "status", "steps")
+    return " ".join(fmt(k) for k in keys) + f" ({m['seconds']:.1f} s)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The one-step model of SPEC §2 (Kawata et al., Definition 3): one attention layer over fixed one-hot features.
+
+x_t = [p_t ; e_{z_t} ; e_{z_{t-1}}] in R^D, D = L + 2N, and f(X) = W_V X softmax(X^T W_KQ x_T) in R^N. The
+previous-token feature is hard-coded, so a single W_KQ can hold an induction head: key "previous token = w" matched
+with query "current token = w". Algorithm 1 (one W_V step, then one W_KQ step) lives in train.py; this file is the
+model only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class OneStepConfig:
+    """The one-step model and its training algorithm (Algorithm 1: both weights start at zero)."""
+
+    name: str = "one_step"
+    eta_V: float = 1e3  # learning rate of the single gradient step on W_V
+    eta_KQ: float = 1e4  # learning rate of the single gradient step on W_KQ, taken at the updated W_V
+    n_samples_V: int = 8192  # M_V: fresh training sequences for the W_V step
+    n_samples_KQ: int = 8192  # M_KQ: fresh training sequences for the W_KQ step
+
+
+class OneStepModel(nn.Module):
+    def __init__(self, vocab_size: int, max_len: int):
+        super().__init__()
+        self.d_vocab, self.n_ctx = vocab_size, max_len
+        d_model = max_len + 2 * vocab_size
+        self.W_KQ = nn.Parameter(torch.zeros(d_model, d_model))  # rows: key features, columns: query features
+        self.W_V = nn.Parameter(torch.zeros(vocab_size, d_model))
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T) tokens -> (B, T, D) features [p_t ; e_{z_t} ; e_{z_{t-1}}] with e_{z_0} = 0."""
+        B, T = tokens.shape
+        L, N = self.n_ctx, self.d_vocab
+        position = torch.arange(T, device=tokens.device).expand(B, T)
+        previous = F.pad(tokens, (1, 0))[:, :T]  # (B, T) shifted right; t = 0 gets a placeholder cleared below
+        hot = torch.stack([position, L + tokens, L + N + previous], dim=-1)  # (B, T, 3) index of each one-hot part
+        X = torch.zeros(B, T, L + 2 * N, dtype=self.W_V.dtype, device=tokens.device).scatter_(2, hot, 1.0)
+        X[:, 0, L + N :] = 0  # e_{z_0} = 0: the first token has no previous token
+        return X  # scatter, not one_hot + cat: the (B, T, D) float tensor is written once (hot path, 8192 x 33 x 98)
+
+    def forward(self, tokens: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits at the query and the attention it paid: ((B, N), [(B, 1, T)]) — one layer, one head.
+
+        Positions after each sequence's query are padding and get no attention, so X is the sequence up to its query.
+        """
+        X = self.embed(tokens)  # (B, T, D)
+        rows = torch.arange(len(tokens), device=tokens.device)
+        x_query = X[rows, query]  # (B, D)
+        # Contract W_KQ with the query first: (B, D) then (B, T), never a (B, T, D, D) intermediate.
+        scores = torch.einsum("btd,bd->bt", X, x_query @ self.W_KQ.T)  # (B, T): x_t^T W_KQ x_T
+        after_query = torch.arange(X.shape[1], device=tokens.device)[None, :] > query[:, None]  # (B, T)
+        attention = scores.masked_fill(after_query, float("-inf")).softmax(dim=-1)  # (B, T)
+        context = torch.einsum("btd,bt->bd", X, attention)  # (B, D): X softmax(.)
+        logits = context @ self.W_V.T  # (B, N)
+        return logits, [attention[:, None, :]]

@@ -6,6 +6,7 @@ plain gradient step each; the transformer is one phase of Adam. Every step draws
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -102,8 +103,9 @@ def train(cfg, logger: Logger | None = None) -> Result:
 
     schedule = [phase for phase in training_phases(cfg, model) for _ in range(phase.steps)]
     status, steps_done, best_id_loss, evals_since_best = "completed", 0, math.inf, 0
+    # The run's result is its last finite evaluation; a diverged run falls back to it (or to initialisation).
+    finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), 0, None
     train_losses, train_hits, train_count = 0.0, 0.0, 0
-    latest: dict[str, float] = {}
     bar = tqdm(total=len(schedule), desc=cfg.name, unit="step", disable=not sys.stderr.isatty(), leave=False)
     for step, phase in enumerate(schedule, start=1):
         model.train()
@@ -111,7 +113,7 @@ def train(cfg, logger: Logger | None = None) -> Result:
         logits, _ = model(batch.tokens, batch.query)  # (B, N) at the query
         loss = F.cross_entropy(logits, batch.targets)
         if not torch.isfinite(loss):
-            status = "diverged"  # stop before the update: the model keeps its last finite weights
+            status = "diverged"
             break
         phase.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -127,6 +129,10 @@ def train(cfg, logger: Logger | None = None) -> Result:
             latest |= evaluate(model, eval_sets, cfg) | data_metrics
             train_losses, train_hits, train_count = 0.0, 0.0, 0
             logger.log(latest, step)
+            if not math.isfinite(latest["id/loss"]):
+                status = "diverged"
+                break
+            finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), step, latest
             bar.set_postfix({k: f"{latest[k]:.3f}" for k in ("id/loss", "ood/acc")})
             if latest["id/loss"] < best_id_loss - 1e-6:
                 best_id_loss, evals_since_best = latest["id/loss"], 0
@@ -136,13 +142,15 @@ def train(cfg, logger: Logger | None = None) -> Result:
                 status = "early_stopped"
                 break
     bar.close()
+    if status == "diverged":
+        model.load_state_dict(finite_state)
+        steps_done = finite_step
 
-    final = evaluate(model, eval_sets, cfg) | data_metrics
-    final = {k: latest.get(k, math.nan) for k in ("train/loss", "train/acc")} | final
+    final = finite_metrics or {"train/loss": math.nan, "train/acc": math.nan} | evaluate(model, eval_sets, cfg) | data_metrics
     arrays = final_readouts(model, eval_sets["ood"], cfg, eval_generator)
     final["all_pairs/acc"] = float(np.nanmean(arrays["acc_by_pair"]))
     final |= {"status": status, "steps": steps_done, "seconds": time.perf_counter() - started}
-    return Result(final, arrays)
+    return Result(dict(final), arrays)
 
 
 @torch.no_grad()

@@ -1,0 +1,89 @@
+"""`headsweep train` end to end through the installed console script: outputs, resumption, bad input."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import CONFIGS
+
+HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
+CONTRACT_METRICS = ["train/loss", "train/acc", "id/acc", "ood/loss", "ood/acc", "ood/pseudo_rate", "ood/leftmost_rate",
+                    "data/max_sum_ratio", "data/width", "data/entropy", "data/inv_ratio", "mech/induction_score",
+                    "mech/positional_score"]
+
+
+def headsweep(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def debug_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train") / "debug"
+    return out, headsweep("train", CONFIGS / "debug.yaml", "seed=1", "--out", out)
+
+
+def test_debug_train_writes_every_output(debug_run):
+    out, proc = debug_run
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.strip().splitlines()) == 1 and "ood/acc=" in proc.stdout and str(out) in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["attention.npz", "config.yaml", "metrics.jsonl", "result.json"]
+
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [50, 100, 150, 200, 250, 300]  # eval.every = 50, max_steps = 300
+    assert all(set(CONTRACT_METRICS) <= set(r) for r in records)
+
+    result = json.loads((out / "result.json").read_text())
+    assert set(CONTRACT_METRICS) <= set(result) and result["status"] == "completed" and result["steps"] == 300
+    assert result["id/acc"] > 0.9  # the debug transformer learns the training task
+    assert "seed: 1" in (out / "config.yaml").read_text()
+
+    arrays = np.load(out / "attention.npz")
+    assert arrays["acc_by_pair"].shape == (16, 16)  # (L, L)
+    assert arrays["patterns"].shape[1:3] == (2, 1)  # (examples, layers, heads, T, T)
+    assert arrays["query_attention_mean"].shape[:2] == (2, 1)  # (layers, heads, T)
+
+
+def test_rerun_on_the_same_out_keeps_the_finished_run(debug_run):
+    out, _ = debug_run
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    proc = headsweep("train", CONFIGS / "debug.yaml", "seed=1", "--out", out)
+    assert proc.returncode == 0 and proc.stdout.startswith("already finished")
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_a_different_config_on_the_same_out_is_refused(debug_run):
+    out, _ = debug_run
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    proc = headsweep("train", CONFIGS / "debug.yaml", "seed=2", "--out", out)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--out" in proc.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (["task.lenghts.low=3"], "task.lengths"),  # unknown key: the suggestion names the valid one
+        (["task.lengths.low=abc"], "task.lengths.low"),
+        (["task.lengths.high=20"], "task.lengths.high"),  # T = 43 > L - 1
+        (["task.lengths.low=9", "task.lengths.high=4"], "task.lengths.high"),  # empty support
+        (["optim.lr=-1"], "optim.lr"),
+        (["model.n_layers=0"], "model.n_layers"),
+        (["device=cuda"], "device"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, key):
+    out = tmp_path / "never"
+    proc = headsweep("train", CONFIGS / "debug.yaml", *args, "--out", out)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("headsweep: error:") and key in proc.stderr
+    assert not out.exists() and proc.stdout == ""
+
+
+def test_usage_errors_are_one_line_exit_2(tmp_path):
+    for args in (["train", CONFIGS / "debug.yaml"], ["fly"], ["train", tmp_path / "missing.yaml", "--out", tmp_path / "o"]):
+        proc = headsweep(*args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "o").exists()

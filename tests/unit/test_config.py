@@ -1,0 +1,114 @@
+"""load() and validate(): typed schema, overrides, and one clear error per kind of bad input."""
+import pytest
+
+from trainables import config
+from trainables.errors import ConfigError
+from trainables.models.one_step import OneStepConfig
+from trainables.models.transformer import TransformerConfig
+from tests.conftest import CONFIGS
+
+
+def error_of(*overrides, path=CONFIGS / "debug.yaml") -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        config.load(path, list(overrides))
+    return info.value
+
+
+def test_defaults_load_without_a_file():
+    cfg = config.load(None, [])
+    assert isinstance(cfg.model, OneStepConfig) and cfg.task.name == "trigger_copy"
+
+
+def test_overrides_beat_the_yaml_and_keep_types(load_config):
+    cfg = load_config("paper_theory.yaml", "task.lengths.low=5", "task.n_triggers=8", "seed=3")
+    assert (cfg.task.lengths.low, cfg.task.n_triggers, cfg.seed) == (5, 8, 3)
+    assert cfg.task.lengths.high == 15 and cfg.model.eta_KQ == 1e4
+
+
+def test_model_name_picks_the_schema(load_config):
+    assert isinstance(load_config("debug.yaml").model, TransformerConfig)
+    assert isinstance(config.load(None, ["model.name=transformer"]).model, TransformerConfig)
+    # the debug file's transformer keys do not exist on the one-step model: switching models there is an error
+    assert error_of("model.name=one_step").key.startswith("model.")
+
+
+def test_unknown_key_names_the_closest_valid_key():
+    e = error_of("task.lenghts.low=3")
+    assert e.key == "task.lenghts" and "did you mean task.lengths" in e.reason
+    e = error_of("task.lengths.hihg=3")
+    assert e.key == "task.lengths.hihg" and "task.lengths.high" in e.reason
+
+
+def test_a_transformer_key_is_unknown_to_the_one_step_model():
+    e = error_of("model.n_layers=3", path=CONFIGS / "paper_theory.yaml")
+    assert e.key == "model.n_layers" and "unknown key" in e.reason
+
+
+def test_wrong_type_names_the_key():
+    e = error_of("task.lengths.low=three")
+    assert e.key == "task.lengths.low" and "three" in e.reason
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("task.lengths.high=7", "task.lengths.high"),  # T = 17 > L - 1 = 15
+        ("task.lengths.high=1", "task.lengths.high"),  # high < low: empty support
+        ("task.lengths.low=0", "task.lengths.low"),
+        ("task.lengths.family=zipf", "task.lengths.family"),
+        ("optim.lr=0", "optim.lr"),
+        ("optim.lr=-1e-3", "optim.lr"),
+        ("optim.batch_size=0", "optim.batch_size"),
+        ("optim.max_steps=0", "optim.max_steps"),
+        ("optim.name=lion", "optim.name"),
+        ("task.vocab_size=1", "task.vocab_size"),
+        ("task.n_triggers=0", "task.n_triggers"),
+        ("task.ood_split=sideways", "task.ood_split"),
+        ("model.n_heads=0", "model.n_heads"),
+        ("model.positional=alibi", "model.positional"),
+        ("model.name=mamba", "model.name"),
+        ("eval.every=0", "eval.every"),
+        ("eval.threshold=1.5", "eval.threshold"),
+        ("device=tpu", "device"),
+    ],
+)
+def test_impossible_values_are_rejected_with_their_key(override, key):
+    assert error_of(override).key == key
+
+
+def test_one_step_learning_rates_must_be_positive():
+    assert error_of("model.eta_V=0", path=CONFIGS / "paper_theory.yaml").key == "model.eta_V"
+
+
+def test_weights_that_are_too_long_for_max_len_name_the_weights_key():
+    e = error_of("task.lengths.family=weights", "task.lengths.weights=[0,0,0,0,0,0,0,1]")
+    assert e.key == "task.lengths.weights" and "T = 2l + 3 = 19" in e.reason
+
+
+def test_cuda_is_rejected_where_there_is_none():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert "no GPU" in error_of("device=cuda").reason
+
+
+def test_rotary_needs_an_even_key_width():
+    # one-hot embedding with N = 12, L = 16 and a previous-token feature: D = 40, tied W_KQ keys are 40 wide (even);
+    # separate keys with d_head = 3 are odd.
+    assert error_of("model.positional=rotary", "model.tied_kq=false", "model.d_head=3").key == "model.positional"
+
+
+def test_onehot_position_needs_onehot_embedding():
+    assert error_of("model.embedding=learned").key == "model.positional"
+
+
+def test_malformed_override_and_missing_file():
+    assert error_of("seed").key == "seed"
+    assert error_of(path=CONFIGS / "no_such.yaml").key == "CONFIG"
+
+
+def test_to_yaml_round_trips(tmp_path, load_config):
+    cfg = load_config("debug.yaml", "seed=7")
+    (tmp_path / "c.yaml").write_text(config.to_yaml(cfg))
+    assert config.load(tmp_path / "c.yaml", []) == cfg

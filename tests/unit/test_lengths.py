@@ -213,8 +213,6 @@ def test_optimal_distribution_rejects_zero():
     assert info.value.key == "optimal_n"
 
 
-@pytest.mark.xfail(strict=True, reason="power family does not validate its exponent: exponent=nan returns a dict of "
-                                       "NaN probabilities instead of raising ConfigError('exponent', ...)")
 def test_power_with_non_finite_exponent_raises_config_error():
     """A NaN exponent describes no distribution, so it must be a ConfigError on `exponent`."""
     with pytest.raises(ConfigError) as info:
@@ -222,8 +220,6 @@ def test_power_with_non_finite_exponent_raises_config_error():
     assert info.value.key == "exponent"
 
 
-@pytest.mark.xfail(strict=True, reason="power family computes float(l) ** exponent unscaled: exponent=1000 on "
-                                       "{3..15} raises OverflowError (not ConfigError) instead of a distribution")
 def test_power_with_large_exponent_is_a_distribution_or_a_config_error():
     """A large finite exponent either gives a proper distribution (finite, sums to 1) or a ConfigError, never a crash."""
     try:

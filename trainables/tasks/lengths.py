@@ -33,7 +33,13 @@ def distribution(cfg: LengthsConfig, n_triggers: int) -> dict[int, float]:
         return {l: 1.0 / (cfg.high - cfg.low + 1) for l in range(cfg.low, cfg.high + 1)}
     if cfg.family == "power":
         _check_range(cfg)
-        raw = {l: float(l) ** cfg.exponent for l in range(cfg.low, cfg.high + 1)}
+        if not math.isfinite(cfg.exponent):
+            raise ConfigError("exponent", f"must be finite, got {cfg.exponent}")
+        # l^a computed relative to the largest term, so large |a| neither overflows nor leaves all weights zero;
+        # lengths whose weight underflows to 0 leave the support.
+        top = max(cfg.exponent * math.log(l) for l in (cfg.low, cfg.high))
+        raw = {l: math.exp(cfg.exponent * math.log(l) - top) for l in range(cfg.low, cfg.high + 1)}
+        raw = {l: w for l, w in raw.items() if w > 0}
     elif cfg.family == "weights":
         if any(w < 0 or not math.isfinite(w) for w in cfg.weights):
             raise ConfigError("weights", "every weight must be finite and >= 0")

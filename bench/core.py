@@ -1,0 +1,93 @@
+"""Core throughput on this machine: data generation, one paper-theory trial, paper-transformer training steps.
+
+    .venv/bin/python bench/core.py            (about a minute on 2 CPU cores; `make bench`)
+
+Also times the one-step feature build both ways side by side (scatter into one tensor vs one_hot + cat), the choice
+the model's hot path rests on. Numbers go to docs/PERFORMANCE.md with the machine line printed first.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from trainables import config
+from trainables.models.one_step import OneStepModel
+from trainables.tasks.trigger_copy import sample
+from trainables.train import train
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def timed(fn, repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+            f"Python {platform.python_version()}")
+
+
+def bench_generator(cfg) -> None:
+    g = torch.Generator().manual_seed(0)
+    for split in ("train", "displaced", "all_pairs"):
+        seconds = statistics.median(timed(lambda: sample(cfg.task, 8192, g, split), 20))
+        print(f"generator {split:<10} {8192 / seconds:>12,.0f} sequences/s   (batches of 8192, N=32, L=34)")
+
+
+def bench_one_step_trial(cfg) -> None:
+    cold = timed(lambda: train(cfg), 1)[0]
+    warm = timed(lambda: train(cfg), 7)
+    print(f"paper-theory trial   first in process {cold:.2f} s, then median {statistics.median(warm):.3f} s "
+          f"(min {min(warm):.3f}, max {max(warm):.3f}) incl. 2 x 8192 training + 1024 ID + 1024 OOD + all_pairs eval")
+
+
+def bench_embedding(cfg) -> None:
+    model = OneStepModel(cfg.task.vocab_size, cfg.task.max_len)
+    tokens = sample(cfg.task, 8192, torch.Generator().manual_seed(0)).tokens
+
+    def one_hot_cat():
+        B, T = tokens.shape
+        position = F.one_hot(torch.arange(T), model.n_ctx).expand(B, T, model.n_ctx)
+        current = F.one_hot(tokens, model.d_vocab)
+        previous = F.pad(current, (0, 0, 1, 0))[:, :T]
+        return torch.cat([position, current, previous], dim=-1).float()
+
+    assert torch.equal(one_hot_cat(), model.embed(tokens))
+    scatter = statistics.median(timed(lambda: model.embed(tokens), 20))
+    concat = statistics.median(timed(one_hot_cat, 20))
+    print(f"one-step features    scatter {scatter * 1e3:.1f} ms, one_hot+cat {concat * 1e3:.1f} ms per 8192 "
+          f"sequences: scatter is {concat / scatter:.1f}x faster")
+
+
+def bench_transformer(steps: int = 60) -> None:
+    cfg = config.load(CONFIGS / "paper_transformer.yaml", [f"optim.max_steps={steps}", f"eval.every={steps}",
+                                                          "eval.n_pairs_per_cell=1"])
+    train(config.load(CONFIGS / "paper_transformer.yaml", ["optim.max_steps=5", "eval.every=5"]))  # warm-up
+    seconds = train(cfg).metrics["seconds"]
+    print(f"paper transformer    {steps / seconds:.1f} training steps/s (batch 64, 2 layers, D = 72, one eval "
+          f"included: {seconds:.2f} s for {steps} steps)")
+
+
+def main() -> None:
+    print(machine())
+    cfg = config.load(CONFIGS / "paper_theory.yaml", [])
+    bench_generator(cfg)
+    bench_embedding(cfg)
+    bench_one_step_trial(cfg)
+    bench_transformer()
+
+
+if __name__ == "__main__":
+    main()

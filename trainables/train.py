@@ -61,6 +61,22 @@ class Phase:
 
 
 @dataclass
+class EarlyStopping:
+    """Stop after `patience` evaluations in a row without a new best ID loss; patience 0 never stops."""
+
+    patience: int
+    best: float = math.inf
+    stale: int = 0
+
+    def should_stop(self, id_loss: float) -> bool:
+        if id_loss < self.best - 1e-6:
+            self.best, self.stale = id_loss, 0
+        else:
+            self.stale += 1
+        return self.patience > 0 and self.stale >= self.patience
+
+
+@dataclass
 class Result:
     metrics: dict[str, float | str]  # final metrics with flat `split/name` keys, plus status, steps, seconds
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # attention, accuracy matrix, W_KQ: attention.npz
@@ -102,7 +118,7 @@ def train(cfg, logger: Logger | None = None) -> Result:
     data_metrics = diversity_metrics(distribution(task.lengths, task.n_triggers))
 
     schedule = [phase for phase in training_phases(cfg, model) for _ in range(phase.steps)]
-    status, steps_done, best_id_loss, evals_since_best = "completed", 0, math.inf, 0
+    status, stopper = "completed", EarlyStopping(cfg.eval.patience)
     # The run's result is its last finite evaluation; a diverged run falls back to it (or to initialisation).
     finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), 0, None
     train_losses, train_hits, train_count = 0.0, 0.0, 0
@@ -118,7 +134,6 @@ def train(cfg, logger: Logger | None = None) -> Result:
         phase.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         phase.optimizer.step()
-        steps_done = step
         train_losses += loss.item() * len(batch.targets)
         train_hits += (logits.argmax(-1) == batch.targets).sum().item()
         train_count += len(batch.targets)
@@ -134,22 +149,17 @@ def train(cfg, logger: Logger | None = None) -> Result:
                 break
             finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), step, latest
             bar.set_postfix({k: f"{latest[k]:.3f}" for k in ("id/loss", "ood/acc")})
-            if latest["id/loss"] < best_id_loss - 1e-6:
-                best_id_loss, evals_since_best = latest["id/loss"], 0
-            else:
-                evals_since_best += 1
-            if cfg.eval.patience and evals_since_best >= cfg.eval.patience:
+            if stopper.should_stop(latest["id/loss"]):
                 status = "early_stopped"
                 break
     bar.close()
     if status == "diverged":
         model.load_state_dict(finite_state)
-        steps_done = finite_step
 
     final = finite_metrics or {"train/loss": math.nan, "train/acc": math.nan} | evaluate(model, eval_sets, cfg) | data_metrics
     arrays = final_readouts(model, eval_sets["ood"], cfg, eval_generator)
     final["all_pairs/acc"] = float(np.nanmean(arrays["acc_by_pair"]))
-    final |= {"status": status, "steps": steps_done, "seconds": time.perf_counter() - started}
+    final |= {"status": status, "steps": finite_step, "seconds": time.perf_counter() - started}
     return Result(dict(final), arrays)
 
 

@@ -57,3 +57,10 @@ def test_a_diverging_run_keeps_its_last_finite_evaluation():
     result = train(cfg)
     assert result.metrics["status"] == "diverged" and result.metrics["steps"] == 0
     assert all(math.isfinite(result.metrics[k]) for k in ("id/loss", "ood/loss", "ood/acc"))
+
+
+def test_early_stopping_ends_a_run_whose_id_loss_stopped_improving():
+    """With patience 2, a run that has converged stops well before max_steps; patience 0 runs to the end."""
+    overrides = ["optim.max_steps=5000", "eval.every=25", "eval.n_pairs_per_cell=1", "optim.lr=0.1"]
+    stopped = train(config.load(CONFIGS / "debug.yaml", overrides + ["eval.patience=2"])).metrics
+    assert stopped["status"] == "early_stopped" and stopped["steps"] < 5000 and stopped["steps"] % 25 == 0

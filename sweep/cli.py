@@ -27,13 +27,19 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("config", help="YAML file in configs/ (its keys override the schema's defaults)")
     train.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. task.lengths.low=3 seed=1")
     train.add_argument("--out", required=True, type=Path, help="output directory (created; re-running resumes)")
+
+    grid = verbs.add_parser("grid", help="run every point of the config's sweep section as a Ray Tune trial")
+    grid.add_argument("config", help="YAML file with a sweep: section (axes, constraints, seeds, resources)")
+    grid.add_argument("overrides", nargs="*", help="dotlist overrides; sweep.* ones change the sweep itself")
+    grid.add_argument("--out", required=True, type=Path, help="output directory (re-running resumes the grid)")
+    grid.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"train": _train}[args.verb](args)
+        return {"train": _train, "grid": _grid}[args.verb](args)
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -61,6 +67,31 @@ def _train(args) -> int:
     save(result, out)
     print(f"{_summary(result.metrics)}  [{out}]")
     return 0
+
+
+def _grid(args) -> int:
+    from sweep import grid_outputs, results, space, tuner
+
+    base, sweep, points = space.load_sweep(args.config, args.overrides)
+    resolved = space.to_yaml(base, sweep)
+    out = args.out
+    if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
+        raise ConfigError("--out", f"{out} holds a grid of a different config; choose another directory")
+    tuner.connect(args.address)
+    tuner.check_resources(sweep.resources)
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(resolved)
+    errors = {}
+    try:
+        errors = results.tune_errors(tuner.run(base, sweep, points, out))
+    finally:  # even when interrupted: what finished is in results.csv
+        frame = results.collect(tuner.members(points, out), errors)
+        grid_outputs.write(out, frame, base, sweep, resolved)
+    counts = frame["status"].value_counts().to_dict()
+    print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+          + f"  [{out / 'results.csv'}, {out / 'report.html'}]")
+    return 1 if set(counts) & {"error", "unfinished"} else 0
 
 
 def _summary(m: dict) -> str:

@@ -39,8 +39,22 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
-def load(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    """Schema defaults <- YAML file <- `key=value` overrides, then validate(). Raises ConfigError on bad input."""
+# Top-level sections that belong to the orchestration layer (sweep/): a single trial ignores them.
+ORCHESTRATION_SECTIONS = ("sweep", "search")
+
+
+def load(path: str | Path | None = None, overrides: list[str] = (), check_device: bool = True) -> Config:
+    """Schema defaults <- YAML file <- `key=value` overrides, then validate(). Raises ConfigError on bad input.
+
+    `sweep:` and `search:` sections are dropped here (sweep/ reads them with read_layers + merge_checked), so a grid
+    or search config also trains its base point with `headsweep train`.
+    """
+    layers = [_without(layer, ORCHESTRATION_SECTIONS) for layer in read_layers(path, overrides)]
+    return from_layers(layers, check_device)
+
+
+def read_layers(path: str | Path | None, overrides: list[str]) -> list[DictConfig]:
+    """The YAML file and each override as separate OmegaConf layers, syntax-checked."""
     layers = []
     if path is not None:
         try:
@@ -57,18 +71,39 @@ def load(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
             layers.append(OmegaConf.from_dotlist([item]))
         except oc_errors.OmegaConfBaseException as e:
             raise ConfigError(key, f"cannot parse override ({e})") from None
+    return layers
 
+
+def from_layers(layers: list[DictConfig], check_device: bool = True) -> Config:
+    """Merge layers (files, overrides, plain dicts) onto the schema their task/model names pick, then validate."""
     raw = OmegaConf.merge(*layers) if layers else OmegaConf.create()
-    schema = OmegaConf.structured(Config(task=_section(raw, "task", tasks.CONFIGS), model=_section(raw, "model", models.CONFIGS)))
-    try:
-        merged = OmegaConf.merge(schema, *layers)
-    except oc_errors.ConfigKeyError as e:
-        raise ConfigError(e.full_key, f"unknown key{_closest(schema, e.full_key)}") from None
-    except oc_errors.ValidationError as e:
-        raise ConfigError(e.full_key, str(e).splitlines()[0]) from None
-    cfg = OmegaConf.to_object(merged)
-    validate(cfg)
+    schema = Config(task=_section(raw, "task", tasks.CONFIGS), model=_section(raw, "model", models.CONFIGS))
+    cfg = OmegaConf.to_object(merge_checked(schema, layers))
+    validate(cfg, check_device)
     return cfg
+
+
+def with_point(base: dict, point: dict[str, Any], check_device: bool = True) -> Config:
+    """The validated config of one sweep trial: a base config dict with the point's dotted keys set."""
+    layer = OmegaConf.create()
+    for key, value in point.items():
+        OmegaConf.update(layer, key, value, force_add=True)
+    return from_layers([OmegaConf.create(base), layer], check_device)
+
+
+def merge_checked(schema: Any, layers: list[DictConfig], prefix: str = "") -> DictConfig:
+    """OmegaConf.merge onto a structured schema, with its errors turned into ConfigError naming the full key."""
+    structured = OmegaConf.structured(schema)
+    try:
+        return OmegaConf.merge(structured, *layers)
+    except oc_errors.ConfigKeyError as e:
+        raise ConfigError(prefix + e.full_key, f"unknown key{_closest(structured, e.full_key, prefix)}") from None
+    except oc_errors.ValidationError as e:
+        raise ConfigError(prefix + e.full_key, str(e).splitlines()[0]) from None
+
+
+def _without(layer: DictConfig, keys: tuple[str, ...]) -> DictConfig:
+    return OmegaConf.create({k: v for k, v in layer.items() if k not in keys}) if any(k in layer for k in keys) else layer
 
 
 def _section(raw: DictConfig, key: str, registry: dict) -> Any:
@@ -80,25 +115,47 @@ def _section(raw: DictConfig, key: str, registry: dict) -> Any:
     return registry[name]()
 
 
-def _closest(schema: DictConfig, full_key: str) -> str:
+def _closest(schema: DictConfig, full_key: str, prefix: str = "") -> str:
     parent_path, _, key = full_key.rpartition(".")
     parent = OmegaConf.select(schema, parent_path) if parent_path else schema
     options = list(parent.keys()) if isinstance(parent, DictConfig) else []
     match = difflib.get_close_matches(key, options, n=1)
-    return f" (did you mean {(parent_path + '.' if parent_path else '') + match[0]}?)" if match else ""
+    return f" (did you mean {prefix}{(parent_path + '.' if parent_path else '') + match[0]}?)" if match else ""
 
 
 def to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
-def validate(cfg: Config) -> None:
-    """Reject, before any work, what cannot run or would silently mean something else. Raises ConfigError."""
+def to_dict(cfg: Config) -> dict:
+    """A plain nested dict (what Ray's param_space and W&B configs take)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+MISSING = object()
+
+
+def select(cfg: Config, dotted_key: str) -> Any:
+    """The value at a dotted key, or MISSING if the config has no such key."""
+    node = cfg
+    for part in dotted_key.split("."):
+        if not hasattr(node, part):
+            return MISSING
+        node = getattr(node, part)
+    return node
+
+
+def validate(cfg: Config, check_device: bool = True) -> None:
+    """Reject, before any work, what cannot run or would silently mean something else. Raises ConfigError.
+
+    check_device=False skips the "is there a GPU here" check, for a driver that schedules trials onto other machines.
+    """
     task, model, optim, ev = cfg.task, cfg.model, cfg.optim, cfg.eval
     _require(
         ("seed", cfg.seed >= 0, "must be >= 0"),
         ("device", cfg.device in DEVICES, f"must be one of {', '.join(DEVICES)}"),
-        ("device", cfg.device != "cuda" or torch.cuda.is_available(), "cuda asked for, but this machine has no GPU"),
+        ("device", not check_device or cfg.device != "cuda" or torch.cuda.is_available(),
+         "cuda asked for, but this machine has no GPU"),
         ("task.n_triggers", task.n_triggers >= 1, "must be >= 1"),
         ("task.vocab_size", task.vocab_size > task.n_triggers, "must exceed task.n_triggers (outputs and fillers need tokens)"),
         ("task.max_len", task.max_len >= 6, "must be >= 6 (the shortest sequence has T = 5 <= L - 1)"),

@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -101,9 +102,14 @@ def seeded_generators(seed: int) -> tuple[int, torch.Generator, torch.Generator]
     return init_seed, torch.Generator().manual_seed(train_seed), torch.Generator().manual_seed(eval_seed)
 
 
-def train(cfg, logger: Logger | None = None) -> Result:
-    """Train one model as configured and return its final metrics and arrays. The config must be validated."""
-    started = time.perf_counter()
+def train(cfg, logger: Logger | None = None, resume: dict | None = None,
+          on_checkpoint: Callable[[dict], None] | None = None) -> Result:
+    """Train one model as configured and return its final metrics and arrays. The config must be validated.
+
+    on_checkpoint receives the full training state after every finite evaluation (before that evaluation is logged);
+    train(cfg, resume=state) continues from it exactly: same batches, same optimizer moments, same result.
+    """
+    started = time.perf_counter() - (resume["seconds"] if resume else 0.0)
     logger = logger or Logger()
     device = torch.device(cfg.device)
     task = cfg.task
@@ -117,13 +123,20 @@ def train(cfg, logger: Logger | None = None) -> Result:
     }
     data_metrics = diversity_metrics(distribution(task.lengths, task.n_triggers))
 
-    schedule = [phase for phase in training_phases(cfg, model) for _ in range(phase.steps)]
-    status, stopper = "completed", EarlyStopping(cfg.eval.patience)
+    phases = training_phases(cfg, model)
+    schedule = [phase for phase in phases for _ in range(phase.steps)]
+    status, stopper, done = "completed", EarlyStopping(cfg.eval.patience), 0
+    if resume:
+        model.load_state_dict(resume["model"])
+        for phase, state in zip(phases, resume["optimizers"]):
+            phase.optimizer.load_state_dict(state)
+        train_generator.set_state(resume["train_generator"])
+        stopper, status, done = EarlyStopping(**resume["stopper"]), resume["status"], resume["step"]
     # The run's result is its last finite evaluation; a diverged run falls back to it (or to initialisation).
-    finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), 0, None
+    finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), done, resume and resume["metrics"]
     train_losses, train_hits, train_count = 0.0, 0.0, 0
-    bar = tqdm(total=len(schedule), desc=cfg.name, unit="step", disable=not sys.stderr.isatty(), leave=False)
-    for step, phase in enumerate(schedule, start=1):
+    bar = tqdm(total=len(schedule), initial=done, desc=cfg.name, unit="step", disable=not sys.stderr.isatty(), leave=False)
+    for step, phase in enumerate(schedule[done:] if status == "completed" else [], start=done + 1):
         model.train()
         batch = sample(task, phase.batch_size, train_generator).to(device)
         logits, _ = model(batch.tokens, batch.query)  # (B, N) at the query
@@ -143,24 +156,30 @@ def train(cfg, logger: Logger | None = None) -> Result:
             latest = {"train/loss": train_losses / train_count, "train/acc": train_hits / train_count}
             latest |= evaluate(model, eval_sets, cfg) | data_metrics
             train_losses, train_hits, train_count = 0.0, 0.0, 0
-            logger.log(latest, step)
-            if not math.isfinite(latest["id/loss"]):
+            if math.isfinite(latest["id/loss"]):
+                finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), step, latest
+                if stopper.should_stop(latest["id/loss"]):
+                    status = "early_stopped"
+                if on_checkpoint:
+                    on_checkpoint({"step": step, "status": status, "metrics": latest, "model": finite_state,
+                                   "optimizers": [p.optimizer.state_dict() for p in phases],
+                                   "train_generator": train_generator.get_state(), "stopper": vars(stopper).copy(),
+                                   "seconds": time.perf_counter() - started})
+            else:
                 status = "diverged"
-                break
-            finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), step, latest
+            logger.log(latest, step)
             bar.set_postfix({k: f"{latest[k]:.3f}" for k in ("id/loss", "ood/acc")})
-            if stopper.should_stop(latest["id/loss"]):
-                status = "early_stopped"
+            if status != "completed":
                 break
     bar.close()
     if status == "diverged":
         model.load_state_dict(finite_state)
 
-    final = finite_metrics or {"train/loss": math.nan, "train/acc": math.nan} | evaluate(model, eval_sets, cfg) | data_metrics
+    final = dict(finite_metrics or {"train/loss": math.nan, "train/acc": math.nan} | evaluate(model, eval_sets, cfg) | data_metrics)
     arrays = final_readouts(model, eval_sets["ood"], cfg, eval_generator)
     final["all_pairs/acc"] = float(np.nanmean(arrays["acc_by_pair"]))
     final |= {"status": status, "steps": finite_step, "seconds": time.perf_counter() - started}
-    return Result(dict(final), arrays)
+    return Result(final, arrays)
 
 
 @torch.no_grad()

@@ -1,0 +1,146 @@
+"""The `sweep:` section: axes, constraints and seeds -> the list of trial points a grid runs.
+
+A point is {dotted key: value} (seed included); a trial's config is the base config with the point applied, so the
+trainable only ever sees a base dict and a point, and a point's id names its directory.
+"""
+from __future__ import annotations
+
+import itertools
+import operator
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from trainables import config
+from trainables.errors import ConfigError
+
+
+@dataclass
+class AxisConfig:
+    """One swept key: explicit values, or an inclusive integer range [low, high] (with an optional step)."""
+
+    key: str = "???"  # dotted config key, e.g. task.lengths.low
+    values: list[Any] = field(default_factory=list)
+    range: list[int] = field(default_factory=list)  # [low, high] or [low, high, step], both ends included
+
+
+@dataclass
+class ResourcesConfig:
+    """What one trial asks Ray for; fractions of a GPU pack several trials onto one GPU."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+
+@dataclass
+class PhaseDiagramConfig:
+    """Which two axes the phase diagram plots (others become panels) and the R contour drawn on top."""
+
+    x: str = "task.lengths.low"
+    y: str = "task.lengths.high"
+    metric: str = "ood/acc"
+    ratio_level: float = 0.0  # contour of data/max_sum_ratio at this level; 0 draws none
+
+
+@dataclass
+class SweepConfig:
+    axes: list[AxisConfig] = field(default_factory=list)
+    constraints: list[str] = field(default_factory=list)  # "A < B" with A, B dotted keys or numbers; < <= > >= == !=
+    seeds: list[int] = field(default_factory=lambda: [0])
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    max_concurrent: int = 0  # trials running at once; 0 lets the cluster's free resources decide
+    max_failures: int = 2  # retries of a crashed trial, each from its last checkpoint
+    phase_diagram: PhaseDiagramConfig = field(default_factory=PhaseDiagramConfig)
+
+
+_COMPARE = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
+_CONSTRAINT = re.compile(r"^\s*([\w.]+)\s*(<=|>=|==|!=|<|>)\s*([\w.\-]+)\s*$")
+
+
+def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, SweepConfig, list[dict[str, Any]]]:
+    """The base trial config, the sweep section and its points, all validated. `sweep.*` overrides go to the sweep."""
+    layers = config.read_layers(path, overrides)
+    base = config.load(path, [o for o in overrides if not o.startswith("sweep.")], check_device=False)
+    sections = [OmegaConf.create(layer["sweep"]) for layer in layers if "sweep" in layer]
+    sweep = OmegaConf.to_object(config.merge_checked(SweepConfig(), sections, prefix="sweep."))
+    return base, sweep, points(base, sweep)
+
+
+def to_yaml(base: config.Config, sweep: SweepConfig) -> str:
+    """The resolved grid config: the base trial config plus its sweep section."""
+    return config.to_yaml(base) + OmegaConf.to_yaml({"sweep": OmegaConf.structured(sweep)})
+
+
+def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
+    """Every combination of axis values that meets the constraints, times the seeds; each one validated."""
+    if not sweep.axes:
+        raise ConfigError("sweep.axes", "name at least one axis (key plus values or range)")
+    keys, value_lists = [], []
+    for i, axis in enumerate(sweep.axes):
+        values = _axis_values(axis, f"sweep.axes[{i}]")
+        if axis.key == "seed":
+            raise ConfigError(f"sweep.axes[{i}].key", "seeds are swept by sweep.seeds")
+        if config.select(base, axis.key) is config.MISSING:
+            raise ConfigError(f"sweep.axes[{i}].key", f"{axis.key} is not a key of the trial config")
+        keys.append(axis.key)
+        value_lists.append(values)
+    checks = [_parse_constraint(c, keys, f"sweep.constraints[{i}]") for i, c in enumerate(sweep.constraints)]
+    if not sweep.seeds or len(set(sweep.seeds)) != len(sweep.seeds):
+        raise ConfigError("sweep.seeds", "needs at least one seed, each once")
+
+    result = []
+    for combo in itertools.product(*value_lists):
+        point = dict(zip(keys, combo))
+        if all(check(point) for check in checks):
+            result += [point | {"seed": seed} for seed in sweep.seeds]
+    if not result:
+        raise ConfigError("sweep.constraints", "no point of the axes satisfies every constraint")
+    for point in result:
+        try:
+            config.with_point(config.to_dict(base), point, check_device=False)
+        except ConfigError as e:
+            raise ConfigError(e.key, f"{e.reason} (at sweep point {point_id(point)})") from None
+    return result
+
+
+def _axis_values(axis: AxisConfig, where: str) -> list[Any]:
+    if bool(axis.values) == bool(axis.range):
+        raise ConfigError(where, "give exactly one of values or range")
+    if axis.values:
+        return list(axis.values)
+    if len(axis.range) not in (2, 3) or (len(axis.range) == 3 and axis.range[2] < 1):
+        raise ConfigError(f"{where}.range", "must be [low, high] or [low, high, step] with step >= 1")
+    low, high, step = (*axis.range, 1)[:3]
+    if high < low:
+        raise ConfigError(f"{where}.range", f"high ({high}) is below low ({low})")
+    return list(range(low, high + 1, step))
+
+
+def _parse_constraint(text: str, keys: list[str], where: str):
+    match = _CONSTRAINT.match(text)
+    if not match:
+        raise ConfigError(where, f"cannot read {text!r}; write e.g. 'task.lengths.low < task.lengths.high'")
+    left, op, right = match.groups()
+
+    def operand(token: str):
+        if token in keys:
+            return lambda point: point[token]
+        try:
+            number = float(token)
+        except ValueError:
+            raise ConfigError(where, f"{token!r} is neither a swept key ({', '.join(keys)}) nor a number") from None
+        return lambda point: number
+
+    a, b, compare = operand(left), operand(right), _COMPARE[op]
+    return lambda point: compare(a(point), b(point))
+
+
+def point_id(point: dict[str, Any]) -> str:
+    """A readable, filesystem-safe, unique name: 'low=3,high=15,n_triggers=4,seed=0' from the keys' last parts
+    (the full dotted key where last parts would collide)."""
+    short = [key.rsplit(".", 1)[-1] for key in point]
+    names = [s if short.count(s) == 1 else key for s, key in zip(short, point)]
+    return ",".join(f"{name}={value}" for name, value in zip(names, point.values())).replace("/", "_")

@@ -48,7 +48,7 @@ class PhaseDiagramConfig:
 @dataclass
 class SweepConfig:
     axes: list[AxisConfig] = field(default_factory=list)
-    constraints: list[str] = field(default_factory=list)  # "A < B" with A, B dotted keys or numbers; < <= > >= == !=
+    constraints: list[str] = field(default_factory=list)  # "A op B": A, B sums of swept keys and numbers; < <= > >= == !=
     seeds: list[int] = field(default_factory=lambda: [0])
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     max_concurrent: int = 0  # trials running at once; 0 lets the cluster's free resources decide
@@ -57,8 +57,8 @@ class SweepConfig:
 
 
 _COMPARE = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
-_CONSTRAINT = re.compile(r"^\s*([\w.]+)\s*(<=|>=|==|!=|<|>)\s*([\w.\-]+)\s*$")
-
+_CONSTRAINT = re.compile(r"^(.+?)(<=|>=|==|!=|<|>)(.+)$")
+_TERM = re.compile(r"\s*([+-]?)\s*([A-Za-z_][\w.]*|\d+(?:\.\d+)?)\s*")
 
 def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, SweepConfig, list[dict[str, Any]]]:
     """The base trial config, the sweep section and its points, all validated. `sweep.*` overrides go to the sweep."""
@@ -120,23 +120,32 @@ def _axis_values(axis: AxisConfig, where: str) -> list[Any]:
 
 
 def _parse_constraint(text: str, keys: list[str], where: str):
+    """'A op B' where A and B are sums and differences of swept keys and numbers, e.g. 'low + width <= 17'."""
     match = _CONSTRAINT.match(text)
     if not match:
         raise ConfigError(where, f"cannot read {text!r}; write e.g. 'task.lengths.low < task.lengths.high'")
     left, op, right = match.groups()
-
-    def operand(token: str):
-        if token in keys:
-            return lambda point: point[token]
-        try:
-            number = float(token)
-        except ValueError:
-            raise ConfigError(where, f"{token!r} is neither a swept key ({', '.join(keys)}) nor a number") from None
-        return lambda point: number
-
-    a, b, compare = operand(left), operand(right), _COMPARE[op]
+    a, b, compare = _parse_sum(left, keys, where), _parse_sum(right, keys, where), _COMPARE[op]
     return lambda point: compare(a(point), b(point))
 
+
+def _parse_sum(text: str, keys: list[str], where: str):
+    terms, position = [], 0
+    while position < len(text):
+        term = _TERM.match(text, position)
+        if not term or (terms and not term.group(1)):
+            raise ConfigError(where, f"cannot read {text.strip()!r}: use swept keys, numbers, + and -")
+        sign, token = (-1 if term.group(1) == "-" else 1), term.group(2)
+        if token[0].isdigit():
+            terms.append(lambda point, value=sign * float(token): value)
+        elif token in keys:
+            terms.append(lambda point, key=token, sign=sign: sign * point[key])
+        else:
+            raise ConfigError(where, f"{token!r} is neither a swept key ({', '.join(keys)}) nor a number")
+        position = term.end()
+    if not terms:
+        raise ConfigError(where, "an empty side")
+    return lambda point: sum(term(point) for term in terms)
 
 def point_id(point: dict[str, Any]) -> str:
     """A readable, filesystem-safe, unique name: 'low=3,high=15,n_triggers=4,seed=0' from the keys' last parts

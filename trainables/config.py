@@ -79,6 +79,11 @@ def from_layers(layers: list[DictConfig], check_device: bool = True) -> Config:
     raw = OmegaConf.merge(*layers) if layers else OmegaConf.create()
     schema = Config(task=_section(raw, "task", tasks.CONFIGS), model=_section(raw, "model", models.CONFIGS))
     cfg = OmegaConf.to_object(merge_checked(schema, layers))
+    lengths = getattr(cfg.task, "lengths", None)
+    if lengths is not None and lengths.width:  # resolved here so config.yaml shows the high actually used
+        if lengths.width < 0:
+            raise ConfigError("task.lengths.width", f"must be >= 0 (0 keeps task.lengths.high), got {lengths.width}")
+        lengths.high = lengths.low + lengths.width - 1
     validate(cfg, check_device)
     return cfg
 

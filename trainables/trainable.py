@@ -60,6 +60,8 @@ def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
         sink = TuneSink(index)
         with Logger(JsonlSink(out / "metrics.jsonl"), sink) as logger:
             result = train(cfg, logger, resume=state, on_checkpoint=sink.stage)
+        if state:  # say so in the result: this member continued from a checkpoint after a crash
+            result.metrics["resumed_from_step"] = state["step"]
         save(result, out)
         tune.report(result.metrics | {"member": index})
 

@@ -21,6 +21,7 @@ class LengthsConfig:
     family: str = "uniform"  # uniform | weights | power | optimal
     low: int = 3  # uniform/power: smallest l (the papers' l_min)
     high: int = 15  # uniform/power: largest l (the papers' l_max); width K = high - low + 1
+    width: int = 0  # uniform/power: K > 0 sets high = low + K - 1 at load (the papers' (l0, K) parametrisation)
     exponent: float = 1.0  # power: q_l ∝ l^exponent on {low..high}
     weights: list[float] = field(default_factory=list)  # weights: q_l ∝ weights[l-1] for l = 1..len(weights)
     optimal_n: int = 0  # optimal: Proposition 8 on {1..optimal_n}; 0 means task.n_triggers

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(args) -> int:
     from trainables import config as config_module
-    from trainables.logger import JsonlSink, Logger
+    from trainables.logger import trial_logger
     from trainables.train import save, train
 
     cfg = config_module.load(args.config, args.overrides)
@@ -62,8 +62,9 @@ def _train(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(resolved)
     (out / "metrics.jsonl").unlink(missing_ok=True)  # an unfinished earlier attempt restarts from step 0
-    with Logger(JsonlSink(out / "metrics.jsonl")) as logger:
+    with trial_logger(cfg, out) as logger:
         result = train(cfg, logger)
+        logger.summary(result.metrics)
     save(result, out)
     print(f"{_summary(result.metrics)}  [{out}]")
     return 0

@@ -18,6 +18,7 @@ from omegaconf import errors as oc_errors
 
 from trainables import models, tasks
 from trainables.errors import ConfigError
+from trainables.logger import LoggingConfig
 from trainables.models.transformer import EMBEDDINGS, POSITIONAL, head_width, residual_width
 from trainables.tasks.lengths import distribution
 from trainables.tasks.trigger_copy import OOD_SPLITS
@@ -37,6 +38,7 @@ class Config:
     model: Any = field(default_factory=models.OneStepConfig)  # typed by model.name (see models.CONFIGS)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
 # Top-level sections that belong to the orchestration layer (sweep/): a single trial ignores them.
@@ -192,6 +194,7 @@ def validate(cfg: Config, check_device: bool = True) -> None:
     _require(
         *((f"eval.{k}", getattr(ev, k) >= 1, "must be >= 1") for k in ("every", "n_id", "n_ood", "n_pairs_per_cell", "n_examples")),
         ("eval.patience", ev.patience >= 0, "must be >= 0 (0 never stops early)"),
+        ("logging.media_every", cfg.logging.media_every >= 0, "must be >= 0 (0 logs media only at the end)"),
         ("eval.threshold", 0 < ev.threshold <= 1, "must be in (0, 1]"),
     )
 

@@ -102,6 +102,13 @@ def seeded_generators(seed: int) -> tuple[int, torch.Generator, torch.Generator]
     return init_seed, torch.Generator().manual_seed(train_seed), torch.Generator().manual_seed(eval_seed)
 
 
+def copy_generator(generator: torch.Generator) -> torch.Generator:
+    """A generator in the same state, so mid-run readouts leave the final readout's draws unchanged."""
+    twin = torch.Generator()
+    twin.set_state(generator.get_state())
+    return twin
+
+
 def train(cfg, logger: Logger | None = None, resume: dict | None = None,
           on_checkpoint: Callable[[dict], None] | None = None) -> Result:
     """Train one model as configured and return its final metrics and arrays. The config must be validated.
@@ -168,6 +175,9 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
             else:
                 status = "diverged"
             logger.log(latest, step)
+            media_every = cfg.logging.media_every
+            if media_every and step // cfg.eval.every % media_every == 0 and status == "completed" and step < len(schedule):
+                logger.log_media(final_readouts(model, eval_sets["ood"], cfg, copy_generator(eval_generator)), step)
             bar.set_postfix({k: f"{latest[k]:.3f}" for k in ("id/loss", "ood/acc")})
             if status != "completed":
                 break
@@ -178,6 +188,7 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
     final = dict(finite_metrics or {"train/loss": math.nan, "train/acc": math.nan} | evaluate(model, eval_sets, cfg) | data_metrics)
     arrays = final_readouts(model, eval_sets["ood"], cfg, eval_generator)
     final["all_pairs/acc"] = float(np.nanmean(arrays["acc_by_pair"]))
+    logger.log_media(arrays, finite_step)
     final |= {"status": status, "steps": finite_step, "seconds": time.perf_counter() - started}
     return Result(final, arrays)
 

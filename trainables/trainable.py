@@ -13,7 +13,7 @@ import torch
 from ray import tune
 
 from trainables import config
-from trainables.logger import JsonlSink, Logger
+from trainables.logger import trial_logger
 from trainables.train import save, train
 
 STATE_FILE = "state.pt"
@@ -58,10 +58,11 @@ def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
         state = resume["state"] if resume and resume["member"] == index else None
         _keep_records_until(out / "metrics.jsonl", state["step"] if state else 0)
         sink = TuneSink(index)
-        with Logger(JsonlSink(out / "metrics.jsonl"), sink) as logger:
+        with trial_logger(cfg, out, sink) as logger:
             result = train(cfg, logger, resume=state, on_checkpoint=sink.stage)
-        if state:  # say so in the result: this member continued from a checkpoint after a crash
-            result.metrics["resumed_from_step"] = state["step"]
+            if state:  # say so in the result: this member continued from a checkpoint after a crash
+                result.metrics["resumed_from_step"] = state["step"]
+            logger.summary(result.metrics)
         save(result, out)
         tune.report(result.metrics | {"member": index})
 

@@ -1,0 +1,56 @@
+"""Logger fan-out: every sink gets every record; media and summaries reach only the sinks that take them."""
+import json
+
+from trainables import config
+from trainables.logger import JsonlSink, Logger
+from trainables.train import train
+from tests.conftest import CONFIGS
+
+
+class RecordingSink:
+    def __init__(self):
+        self.steps, self.media_steps, self.summaries = [], [], []
+
+    def log(self, metrics, step):
+        self.steps.append(step)
+
+    def log_media(self, arrays, step):
+        assert {"acc_by_pair", "query_attention", "patterns"} <= set(arrays)
+        self.media_steps.append(step)
+
+    def summary(self, metrics):
+        self.summaries.append(metrics)
+
+    def close(self):
+        pass
+
+
+class ScalarOnlySink:
+    def __init__(self):
+        self.records = []
+
+    def log(self, metrics, step):
+        self.records.append(step)
+
+    def close(self):
+        pass
+
+
+def test_media_at_the_configured_cadence_and_at_the_end(tmp_path):
+    cfg = config.load(CONFIGS / "debug.yaml", ["optim.max_steps=200", "eval.every=25", "logging.media_every=3",
+                                               "eval.n_pairs_per_cell=1"])
+    recording, scalar_only = RecordingSink(), ScalarOnlySink()
+    with Logger(JsonlSink(tmp_path / "m.jsonl"), recording, scalar_only) as logger:
+        result = train(cfg, logger)
+        logger.summary(result.metrics)
+    assert recording.steps == scalar_only.records == list(range(25, 201, 25))
+    assert recording.media_steps == [75, 150, 200]  # every third evaluation, then the final readout
+    assert recording.summaries == [result.metrics]
+    assert [json.loads(line)["step"] for line in (tmp_path / "m.jsonl").read_text().splitlines()] == recording.steps
+
+
+def test_mid_run_media_leave_the_result_unchanged():
+    overrides = ["optim.max_steps=100", "eval.every=25", "eval.n_pairs_per_cell=1"]
+    plain = train(config.load(CONFIGS / "debug.yaml", overrides)).metrics
+    with_media = train(config.load(CONFIGS / "debug.yaml", overrides + ["logging.media_every=1"]), Logger(RecordingSink())).metrics
+    assert {k: v for k, v in plain.items() if k != "seconds"} == {k: v for k, v in with_media.items() if k != "seconds"}

@@ -33,13 +33,23 @@ def _parser() -> argparse.ArgumentParser:
     grid.add_argument("overrides", nargs="*", help="dotlist overrides; sweep.* ones change the sweep itself")
     grid.add_argument("--out", required=True, type=Path, help="output directory (re-running resumes the grid)")
     grid.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
+
+    search = verbs.add_parser("search", help="Optuna search for the minimal diversity that generalizes OOD, per slice")
+    search.add_argument("config", help="YAML file with a search: section (knob, slices, success, sampler, budget)")
+    search.add_argument("overrides", nargs="*", help="dotlist overrides; search.* ones change the search itself")
+    search.add_argument("--out", required=True, type=Path, help="output directory (re-running resumes the studies)")
+    search.add_argument("--study", help="study name prefix (default: the config's name); one study per slice")
+    search.add_argument("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db (default: "
+                                          "DIR/study.journal)")
+    search.add_argument("--extend", type=int, default=0, help="add N completed trials to each slice's budget")
+    search.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"train": _train, "grid": _grid}[args.verb](args)
+        return {"train": _train, "grid": _grid, "search": _search}[args.verb](args)
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -93,6 +103,40 @@ def _grid(args) -> int:
     print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())
           + f"  [{out / 'results.csv'}, {out / 'report.html'}]")
     return 1 if set(counts) & {"error", "unfinished"} else 0
+
+
+def _search(args) -> int:
+    from omegaconf import OmegaConf
+
+    from sweep import search_outputs, tuner
+    from sweep import search as searching
+    from trainables import config as config_module
+
+    if args.extend < 0:
+        raise ConfigError("--extend", f"must be >= 0, got {args.extend}")
+    base, search = searching.load_search(args.config, args.overrides)
+    all_slices = searching.slices(base, search, args.study or base.name)
+    resolved = config_module.to_yaml(base) + OmegaConf.to_yaml({"search": OmegaConf.structured(search)})
+    out = args.out
+    if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
+        raise ConfigError("--out", f"{out} holds a search of a different config; choose another directory")
+    tuner.connect(args.address)
+    tuner.check_resources(search.resources)
+    storage = searching.storage_for(args.storage, out.resolve()) if args.storage else None
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(resolved)
+    storage = storage or searching.storage_for(None, out.resolve())
+    studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
+    try:
+        searching.run(base, search, all_slices, studies, out, args.extend)
+    finally:  # even when interrupted: what finished is in the tables and the report
+        trials = search_outputs.trial_rows(studies, all_slices, search, out)
+        minimal = search_outputs.min_diversity_rows(studies, all_slices, search, out)
+        search_outputs.write(out, base, search, trials, minimal, resolved)
+    print(minimal.drop(columns=["study"]).to_string(index=False))
+    print(f"[{out / 'min_diversity.csv'}, {out / 'report.html'}]")
+    return 0
 
 
 def _summary(m: dict) -> str:

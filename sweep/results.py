@@ -32,6 +32,12 @@ def collect(members: list[dict], errors: dict[str, str]) -> pd.DataFrame:
     return frame[keys + FIRST_COLUMNS + [c for c in frame.columns if c not in keys + FIRST_COLUMNS]]
 
 
+def read_result(point: dict, out: Path) -> dict | None:
+    """The result.json of the trial of `point` under out/trials, or None if it never finished."""
+    path = out / "trials" / point_id(point) / "result.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def tune_errors(grid) -> dict[str, str]:
     """point id -> the last line of the error of every Tune trial that ended in error."""
     errors = {}

@@ -14,7 +14,7 @@ from ray import tune
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.trainable import run_trial
-from sweep.space import SweepConfig, point_id
+from sweep.space import point_id
 
 EXPERIMENT = "grid"
 PROGRESS_COLUMNS = {"ood/acc": "ood/acc", "id/acc": "id/acc", "mech/induction_score": "induction",
@@ -52,8 +52,13 @@ def members(points: list[dict], out: Path) -> list[dict]:
     return [{"point": point, "dir": str((out / "trials" / point_id(point)).resolve())} for point in points]
 
 
-def run(base: config.Config, sweep: SweepConfig, points: list[dict], out: Path) -> tune.ResultGrid:
-    """Run (or resume) every point as a Tune trial; returns Tune's result grid. Ray must be connected."""
+def run(base: config.Config, sweep, points: list[dict], out: Path, experiment: str = EXPERIMENT,
+        restore: bool = True) -> tune.ResultGrid:
+    """Run every point as a Tune trial (resuming the experiment if `restore` and it exists); Ray must be connected.
+
+    sweep: the grid's or the search's section (resources, max_concurrent, max_failures). Members whose result.json
+    exists are reported, not re-run, whatever Tune's own state says.
+    """
     base_dict = config.to_dict(base)
     if sweep.resources.gpu > 0:
         base_dict["device"] = "cuda"
@@ -62,8 +67,8 @@ def run(base: config.Config, sweep: SweepConfig, points: list[dict], out: Path) 
     plan = {point_id(m["point"]): [m] for m in members(points, out)}  # trial id -> its members (one, until packing)
     trainable = tune.with_resources(tune.with_parameters(run_trial, base=base_dict, plan=plan),
                                     {"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu})
-    experiment = (out / "ray" / EXPERIMENT).resolve()
-    if tune.Tuner.can_restore(str(experiment)):
+    experiment = (out / "ray" / experiment).resolve()
+    if restore and tune.Tuner.can_restore(str(experiment)):
         # Finished trials are kept; unfinished and errored ones continue from their last checkpoint.
         tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
     else:
@@ -77,7 +82,7 @@ def run(base: config.Config, sweep: SweepConfig, points: list[dict], out: Path) 
                 trial_dirname_creator=_trial_name,
             ),
             run_config=tune.RunConfig(
-                name=EXPERIMENT,
+                name=experiment.name,
                 storage_path=str(experiment.parent),
                 failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),

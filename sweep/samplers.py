@@ -1,0 +1,102 @@
+"""Samplers for the minimal-diversity search, and the verdict logic they share with the reports.
+
+Success is (nearly) monotone in diversity: if a width K generalizes, so does every larger K. The threshold sampler
+bisects the ordered knob values under that assumption, pooling the seeds of every evaluation of a value (m of n
+seeds must succeed, pooled as a rate), and re-checks both sides of the boundary with fresh seeds before it stops.
+Its next value is a pure function of the study's completed trials, so a resumed study asks exactly what an
+uninterrupted one would have asked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+
+@dataclass
+class Evidence:
+    """Pooled seed results of every completed evaluation of one knob value."""
+
+    successes: int = 0
+    seeds: int = 0
+    evaluations: int = 0
+
+    def succeeds(self, min_rate: float) -> bool:
+        return self.successes >= min_rate * self.seeds
+
+
+def evidence(trials: list[FrozenTrial], key: str) -> dict[int, Evidence]:
+    """knob value -> pooled evidence over the completed trials (their user attrs successes and seeds)."""
+    pooled: dict[int, Evidence] = {}
+    for trial in trials:
+        if trial.state == TrialState.COMPLETE and key in trial.params:
+            e = pooled.setdefault(trial.params[key], Evidence())
+            e.successes += trial.user_attrs["successes"]
+            e.seeds += trial.user_attrs["seeds"]
+            e.evaluations += 1
+    return pooled
+
+
+def boundary(values: list[int], verdicts: dict[int, bool]) -> tuple[int, int] | None:
+    """(lo, hi) indices: hi the smallest evaluated success with no evaluated failure above it, lo the largest
+    evaluated failure below hi (-1 if none). None while no such success exists."""
+    hi = None
+    for i in reversed(range(len(values))):
+        verdict = verdicts.get(values[i])
+        if verdict is False:
+            break
+        if verdict:
+            hi = i
+    if hi is None:
+        return None
+    lo = max((i for i in range(hi) if verdicts.get(values[i]) is False), default=-1)
+    return lo, hi
+
+
+def next_value(values: list[int], pooled: dict[int, Evidence], min_rate: float, rechecks: int = 1) -> int | None:
+    """The value the threshold search evaluates next, or None when it is done."""
+    verdicts = {v: e.succeeds(min_rate) for v, e in pooled.items()}
+    top = values[-1]
+    if top not in verdicts:
+        return top  # the most diverse value first: if it fails, nothing in range generalizes
+    span = boundary(values, verdicts)
+    if span is None:  # every success has a failure above it: the top failed
+        return top if pooled[top].evaluations <= rechecks else None
+    lo, hi = span
+    if hi - lo > 1:
+        return values[(lo + hi) // 2]
+    for i in (hi, lo):  # converged: re-check both sides of the boundary with fresh seeds
+        if i >= 0 and pooled[values[i]].evaluations <= rechecks:
+            return values[i]
+    return None
+
+
+def minimal_value(values: list[int], pooled: dict[int, Evidence], min_rate: float) -> int | None:
+    """diversity*: the smallest evaluated value that succeeds with every evaluated larger value succeeding."""
+    span = boundary(values, {v: e.succeeds(min_rate) for v, e in pooled.items()})
+    return values[span[1]] if span else None
+
+
+class ThresholdSampler(BaseSampler):
+    """Bisection over one ordered integer knob (see module docstring); other parameters are not sampled."""
+
+    def __init__(self, key: str, values: list[int], min_rate: float):
+        self.key, self.values, self.min_rate = key, values, min_rate
+
+    def next(self, study: optuna.Study) -> int | None:
+        return next_value(self.values, evidence(study.get_trials(deepcopy=False), self.key), self.min_rate)
+
+    def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study, trial, search_space) -> dict:
+        return {}
+
+    def sample_independent(self, study, trial, param_name: str, param_distribution: BaseDistribution):
+        value = self.next(study)
+        if param_name != self.key or value is None:
+            raise RuntimeError(f"threshold sampler asked for {param_name} with nothing left to evaluate")
+        return value

@@ -20,10 +20,11 @@ demo: $(STAMP)
 	$(BIN)/headsweep train configs/paper_theory.yaml task.lengths.low=3 task.lengths.high=15 --out runs/demo/wide
 	@echo "Same model, narrow lengths Unif{14..15}: expect ood/acc far below 1 (positional shortcut)"
 	$(BIN)/headsweep train configs/paper_theory.yaml task.lengths.low=14 task.lengths.high=15 --out runs/demo/narrow
-	@echo "The paper's whole sweep on Ray Tune: 156 trials over (l_min, l_max, N_trg); see the phase diagram and report"
-	$(BIN)/headsweep grid configs/paper_theory_grid.yaml --out runs/demo/paper_theory_grid
+	@echo "The main job: per (l_min, N_trg), the smallest width K of Unif{l_min..l_min+K-1} that generalizes OOD"
+	$(BIN)/headsweep search configs/quickstart.yaml --out runs/quickstart
 
 test: $(STAMP)
+	bash tests/e2e/install_chromium.sh  # Debian's chromium for the report's browser test; skips if present
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from sweep import report_cli
 from trainables.errors import ConfigError
 
 EXIT_BAD_INPUT = 2
@@ -43,13 +44,15 @@ def _parser() -> argparse.ArgumentParser:
                                           "DIR/study.journal)")
     search.add_argument("--extend", type=int, default=0, help="add N completed trials to each slice's budget")
     search.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
+    report_cli.add_parsers(verbs)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"train": _train, "grid": _grid, "search": _search}[args.verb](args)
+        return {"train": _train, "grid": _grid, "search": _search,
+                "report": report_cli.report, "dashboard": report_cli.dashboard}[args.verb](args)
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -120,9 +123,9 @@ def _search(args) -> int:
     out = args.out
     if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
         raise ConfigError("--out", f"{out} holds a search of a different config; choose another directory")
+    storage = searching.storage_for(args.storage, out.resolve()) if args.storage else None  # checked before Ray
     tuner.connect(args.address)
     tuner.check_resources(search.resources)
-    storage = searching.storage_for(args.storage, out.resolve()) if args.storage else None
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(resolved)

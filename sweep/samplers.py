@@ -80,14 +80,14 @@ def minimal_value(values: list[int], pooled: dict[int, Evidence], min_rate: floa
     return values[span[1]] if span else None
 
 
-class ThresholdSampler(BaseSampler):
-    """Bisection over one ordered integer knob (see module docstring); other parameters are not sampled."""
+class _OneKnobSampler(BaseSampler):
+    """A sampler that decides one integer knob from the study's completed trials alone (no other parameters)."""
 
     def __init__(self, key: str, values: list[int], min_rate: float):
         self.key, self.values, self.min_rate = key, values, min_rate
 
     def next(self, study: optuna.Study) -> int | None:
-        return next_value(self.values, evidence(study.get_trials(deepcopy=False), self.key), self.min_rate)
+        raise NotImplementedError
 
     def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
         return {}
@@ -98,5 +98,21 @@ class ThresholdSampler(BaseSampler):
     def sample_independent(self, study, trial, param_name: str, param_distribution: BaseDistribution):
         value = self.next(study)
         if param_name != self.key or value is None:
-            raise RuntimeError(f"threshold sampler asked for {param_name} with nothing left to evaluate")
+            raise RuntimeError(f"{type(self).__name__} asked for {param_name} with nothing left to evaluate")
         return value
+
+
+class ExhaustiveSampler(_OneKnobSampler):
+    """The reference: every value once, smallest first. (Optuna's GridSampler calls study.stop() when exhausted,
+    which only works inside study.optimize, not in an ask/tell loop.)"""
+
+    def next(self, study: optuna.Study) -> int | None:
+        evaluated = evidence(study.get_trials(deepcopy=False), self.key)
+        return next((v for v in self.values if v not in evaluated), None)
+
+
+class ThresholdSampler(_OneKnobSampler):
+    """Bisection over one ordered integer knob (see module docstring)."""
+
+    def next(self, study: optuna.Study) -> int | None:
+        return next_value(self.values, evidence(study.get_trials(deepcopy=False), self.key), self.min_rate)

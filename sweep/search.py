@@ -151,7 +151,7 @@ def make_sampler(sl: Slice, search: SearchConfig) -> optuna.samplers.BaseSampler
     if search.sampler == "threshold":
         return samplers.ThresholdSampler(knob, sl.values, min_rate)
     if search.sampler == "grid":
-        return optuna.samplers.GridSampler({knob: sl.values}, seed=search.sampler_seed)
+        return samplers.ExhaustiveSampler(knob, sl.values, min_rate)
     # TPE with settings pinned (Optuna 5 changed its defaults): success enters as a constraint, set per trial.
     return optuna.samplers.TPESampler(seed=search.sampler_seed, multivariate=False, constant_liar=False,
                                       n_startup_trials=min(5, len(sl.values)))
@@ -162,10 +162,8 @@ def wants_more(study: optuna.Study, sl: Slice, search: SearchConfig, budget: int
     completed = sum(t.state == TrialState.COMPLETE for t in trials)
     if completed >= budget or len(trials) >= 3 * budget:  # the second bound stops a candidate that always errors
         return False
-    if search.sampler == "threshold":
+    if isinstance(study.sampler, samplers.ThresholdSampler | samplers.ExhaustiveSampler):
         return study.sampler.next(study) is not None
-    if search.sampler == "grid":
-        return len(samplers.evidence(trials, search.knob.key)) < len(sl.values)
     return True
 
 

@@ -1,0 +1,112 @@
+"""`headsweep search` on a real local Ray and a real Optuna journal: answers, agreement with the grid, SIGKILL."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+import yaml
+
+from sweep.samplers import Evidence, minimal_value
+from tests.conftest import CONFIGS
+
+HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
+KEY = "task.lengths.width"
+
+
+def headsweep(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=900)
+
+
+def result_files(out: Path) -> dict[str, int]:
+    return {p.parent.name: p.stat().st_mtime_ns for p in (out / "trials").glob("*/result.json")}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted threshold search of the debug config."""
+    out = tmp_path_factory.mktemp("search") / "reference"
+    proc = headsweep("search", CONFIGS / "debug_search.yaml", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_search_writes_its_outputs(reference):
+    out, proc = reference
+    assert {"study.journal", "trials.csv", "min_diversity.csv", "report.html", "config.yaml"} <= {p.name for p in out.iterdir()}
+    minimal = pd.read_csv(out / "min_diversity.csv")
+    assert list(minimal["task.lengths.low"]) == [2, 4] and minimal["diversity_star"].notna().all()
+    assert (minimal["success_rate_at_star"] == 1.0).all() and (minimal["success_rate_below_star"] == 0.0).all()
+    assert "diversity_star" in proc.stdout and "report.html" in proc.stdout
+    trials = pd.read_csv(out / "trials.csv")
+    assert {"study", "task.lengths.low", "candidate", "seed", "state", "ood/acc"} <= set(trials.columns)
+    # the studies live in the journal under names made of the config name and the slice, never Optuna's default
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    assert sorted(s.study_name for s in optuna.get_all_study_summaries(storage)) == [
+        "debug_search.low=2", "debug_search.low=4"]
+    assert "data:image/png;base64," in (out / "report.html").read_text()
+
+
+def test_search_and_grid_agree_on_the_minimal_width(reference, tmp_path):
+    """The exhaustive grid over the same slices and widths finds the same diversity* as the bisection."""
+    out, _ = reference
+    grid_config = yaml.safe_load((CONFIGS / "debug_search.yaml").read_text())
+    search = grid_config.pop("search")
+    grid_config["sweep"] = {"axes": [{"key": "task.lengths.low", "values": [2, 4]},
+                                     {"key": KEY, "range": [search["knob"]["low"], search["knob"]["high"]]}],
+                            "constraints": search["constraints"], "seeds": search["success"]["seeds"]}
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid_config))
+    proc = headsweep("grid", tmp_path / "grid.yaml", "--out", tmp_path / "grid")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grid = pd.read_csv(tmp_path / "grid" / "results.csv")
+    minimal = pd.read_csv(out / "min_diversity.csv")
+    for low, rows in grid.groupby("task.lengths.low"):
+        pooled = {w: Evidence(successes=int((r["ood/acc"] >= 0.9).sum()), seeds=len(r), evaluations=1)
+                  for w, r in rows.groupby(KEY)}
+        star = minimal_value(sorted(pooled), pooled, min_rate=1.0)
+        assert star == minimal.loc[minimal["task.lengths.low"] == low, "diversity_star"].item()
+        assert len(pooled) > minimal.loc[minimal["task.lengths.low"] == low, "n_trials"].item() - 2  # grid: every width
+
+
+def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_nothing(reference, tmp_path):
+    out = tmp_path / "killed"
+    driver = subprocess.Popen([HEADSWEEP, "search", str(CONFIGS / "debug_search.yaml"), "--out", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and driver.poll() is None and len(result_files(out)) < 5:
+        time.sleep(0.2)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    before = result_files(out)
+    assert 5 <= len(before) < len(result_files(reference[0])), "the search should have been killed midway"
+
+    proc = headsweep("search", CONFIGS / "debug_search.yaml", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = pd.read_csv(reference[0] / "min_diversity.csv").drop(columns=["study"])
+    assert pd.read_csv(out / "min_diversity.csv").drop(columns=["study"]).equals(expected)
+    after = result_files(out)
+    assert {k: after[k] for k in before} == before  # nothing that had finished was trained again
+    assert set(after) == set(result_files(reference[0]))  # and nothing is missing
+    trials = pd.read_csv(out / "trials.csv")
+    complete = trials[trials["state"] == "COMPLETE"]
+    # each evaluation of a width uses fresh seeds: no (slice, width, seed) counted twice
+    assert not complete.duplicated(["study", "candidate", "seed"]).any()
+
+
+@pytest.mark.parametrize("args, key", [
+    (["search.sampler=annealing"], "search.sampler"),
+    (["search.knob.key=task.lengths.wide"], "search.knob.key"),
+    (["search.success.min_seeds=2"], "search.success.min_seeds"),
+    (["--extend", "-1"], "--extend"),
+    (["--storage", "postgresql://nobody@127.0.0.1:9/none"], "--storage"),
+])
+def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, key):
+    out = tmp_path / "never"
+    proc = headsweep("search", CONFIGS / "debug_search.yaml", *args, "--out", out)
+    assert proc.returncode == 2 and key in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("headsweep: error:")
+    assert not out.exists()

@@ -30,6 +30,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/grid.py
+	$(BIN)/python bench/search.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -2,7 +2,7 @@
 
 Success is (nearly) monotone in diversity: if a width K generalizes, so does every larger K. The threshold sampler
 bisects the ordered knob values under that assumption, pooling the seeds of every evaluation of a value (m of n
-seeds must succeed, pooled as a rate), and re-checks both sides of the boundary with fresh seeds before it stops.
+seeds must succeed, pooled as a rate), and re-checks the boundary with fresh seeds before it stops.
 Its next value is a pure function of the study's completed trials, so a resumed study asks exactly what an
 uninterrupted one would have asked.
 """
@@ -57,20 +57,27 @@ def boundary(values: list[int], verdicts: dict[int, bool]) -> tuple[int, int] | 
 
 
 def next_value(values: list[int], pooled: dict[int, Evidence], min_rate: float, rechecks: int = 1) -> int | None:
-    """The value the threshold search evaluates next, or None when it is done."""
+    """The value the threshold search evaluates next, or None when it is done.
+
+    Bisection between the largest failure below the smallest consistent success (lo) and that success (hi); before
+    any success, hi is a virtual success just past the top, so the top is evaluated only if everything below fails.
+    At convergence the success side is re-checked with fresh seeds (a lucky success would understate the diversity
+    needed), the failure side only when its seeds disagreed.
+    """
     verdicts = {v: e.succeeds(min_rate) for v, e in pooled.items()}
-    top = values[-1]
-    if top not in verdicts:
-        return top  # the most diverse value first: if it fails, nothing in range generalizes
     span = boundary(values, verdicts)
-    if span is None:  # every success has a failure above it: the top failed
-        return top if pooled[top].evaluations <= rechecks else None
+    if span is None:
+        lo = max((i for i, v in enumerate(values) if verdicts.get(v) is False), default=-1)
+        span = (lo, len(values))
     lo, hi = span
     if hi - lo > 1:
         return values[(lo + hi) // 2]
-    for i in (hi, lo):  # converged: re-check both sides of the boundary with fresh seeds
-        if i >= 0 and pooled[values[i]].evaluations <= rechecks:
-            return values[i]
+    if hi < len(values) and pooled[values[hi]].evaluations <= rechecks:
+        return values[hi]
+    if lo >= 0:
+        e = pooled[values[lo]]
+        if 0 < e.successes < e.seeds and e.evaluations <= rechecks:
+            return values[lo]
     return None
 
 

@@ -178,7 +178,8 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
         out: Path, extend: int) -> None:
     """Rounds of ask -> train on Ray Tune -> tell until every study is done or out of budget.
 
-    extend adds that many completed trials to each slice's budget (and to the total), beyond what is done already.
+    extend adds that many completed trials to each slice's budget (and to the total), beyond what is done already;
+    a converged threshold or grid study has nothing left to ask, so extending it changes nothing.
     """
     budgets = {}
     for sl in all_slices:
@@ -190,7 +191,7 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
         batch = []
         for sl in all_slices:
             study = studies[sl.study_name]
-            if search.budget.total and total_done + len(batch) >= search.budget.total + extend:
+            if search.budget.total and total_done + len(batch) >= search.budget.total + extend * len(all_slices):
                 break
             if not wants_more(study, sl, search, budgets[sl.study_name]):
                 continue

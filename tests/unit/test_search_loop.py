@@ -1,0 +1,91 @@
+"""The search loop's bookkeeping with a fake executor (real Optuna journal storage, no Ray): budgets, --extend,
+zombie trials, fresh seeds on re-evaluation. The real Ray path is in tests/integration/test_search.py."""
+import json
+
+import optuna
+import pytest
+
+from sweep import search as searching
+from sweep import tuner
+from sweep.space import point_id
+from tests.conftest import CONFIGS
+
+THRESHOLD = 5  # the fake model generalizes from width 5 on
+
+
+@pytest.fixture
+def fake_tune(monkeypatch):
+    """tuner.run that writes each point's result.json at once; records how many points it trained."""
+    calls = []
+
+    def run(base, search, points, out, experiment, restore):
+        calls.append(len(points))
+        for point in points:
+            trial = out / "trials" / point_id(point)
+            trial.mkdir(parents=True, exist_ok=True)
+            acc = 1.0 if point["task.lengths.width"] >= THRESHOLD else 0.2
+            (trial / "result.json").write_text(json.dumps({"ood/acc": acc, "status": "completed"}))
+
+    monkeypatch.setattr(tuner, "run", run)
+    return calls
+
+
+def setup(tmp_path, *overrides):
+    base, search = searching.load_search(CONFIGS / "debug_search.yaml", list(overrides))
+    all_slices = searching.slices(base, search, base.name)
+    storage = searching.storage_for(None, tmp_path)
+    studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
+    return base, search, all_slices, studies, storage
+
+
+def completed(study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+
+
+def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake_tune):
+    base, search, all_slices, studies, _ = setup(tmp_path)
+    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    for sl in all_slices:
+        pooled = searching.samplers.evidence(studies[sl.study_name].get_trials(), "task.lengths.width")
+        assert searching.samplers.minimal_value(sl.values, pooled, 1.0) == THRESHOLD
+    assert sum(fake_tune) == sum(len(completed(s)) for s in studies.values())  # one seed per evaluation
+
+
+def test_tpe_respects_the_budget_and_extend_adds_to_it(tmp_path, fake_tune):
+    base, search, all_slices, studies, storage = setup(tmp_path, "search.sampler=tpe", "search.budget.per_slice=4")
+    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    assert [len(completed(s)) for s in studies.values()] == [4, 4]
+    studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}  # as a re-run would
+    searching.run(base, search, all_slices, studies, tmp_path, extend=3)
+    assert [len(completed(s)) for s in studies.values()] == [7, 7]
+    # success is a constraint (<= 0: feasible), so TPE's best trial is the smallest width that generalizes
+    for trial in completed(studies["debug_search.low=2"]):
+        assert (trial.system_attrs["constraints:success"] <= 0) == (trial.params["task.lengths.width"] >= THRESHOLD)
+
+
+def test_the_total_budget_caps_all_slices(tmp_path, fake_tune):
+    base, search, all_slices, studies, _ = setup(tmp_path, "search.sampler=grid", "search.budget.total=5")
+    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    assert sum(len(completed(s)) for s in studies.values()) == 5
+
+
+def test_zombies_are_failed_and_their_candidate_asked_again_with_the_same_seeds(tmp_path, fake_tune):
+    base, search, all_slices, studies, storage = setup(tmp_path)
+    sl = all_slices[0]
+    zombie = studies[sl.study_name].ask({"task.lengths.width": optuna.distributions.IntDistribution(1, 7)})
+    zombie.set_user_attr("seed_list", [0])  # a killed driver left it RUNNING
+    studies = {s.study_name: searching.open_study(s, search, storage) for s in all_slices}
+    states = [t.state for t in studies[sl.study_name].get_trials()]
+    assert states == [optuna.trial.TrialState.FAIL]
+    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    first = completed(studies[sl.study_name])[0]
+    assert first.params == zombie.params and first.user_attrs["seed_list"] == [0]
+
+
+def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_tune):
+    base, search, all_slices, studies, _ = setup(tmp_path, "search.success.seeds=[0,1]")
+    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    by_value = {}
+    for trial in completed(studies[all_slices[0].study_name]):
+        by_value.setdefault(trial.params["task.lengths.width"], []).append(trial.user_attrs["seed_list"])
+    assert by_value[THRESHOLD] == [[0, 1], [2, 3]]  # the boundary's success side, re-checked with new seeds

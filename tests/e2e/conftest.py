@@ -1,0 +1,225 @@
+"""A real Ray head for end-to-end tests: `ray start --head --block` on 127.0.0.1, token auth on, stopped by us alone.
+
+What Ray 2.60 needs, found by reading its source and trying it (docs/CLUSTER.md has the long version):
+- Token auth: the head reads `RAY_AUTH_MODE=token` and the token from `RAY_AUTH_TOKEN` or the file at
+  `RAY_AUTH_TOKEN_PATH` (default ~/.ray/auth_token, which any local `ray.init()` creates). A client needs BOTH the
+  mode and the token: a token without `RAY_AUTH_MODE=token` sends no header and gets 401. We write our own token
+  file so the test neither reads nor writes ~/.ray.
+- Loopback only: Ray rewrites `--node-ip-address=127.0.0.1` to the machine's routable IP and then binds GCS and
+  raylet on all interfaces. `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` makes Ray use 127.0.0.1 as the node IP (single
+  node only); a client process calling `ray.init()` needs the same variable or it looks for the GCS on the other IP.
+- Teardown: SIGTERM makes `ray start --block` ask the GCS to drain the node for 30 s first, but the GCS got the same
+  signal, so it hangs ~30 s; `RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0` skips the drain (stop takes ~5 s).
+- Workers get their own process group (same session) and job drivers their own session: the group signal misses
+  them, so teardown also kills every descendant it saw before signalling.
+"""
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+RAY = str(Path(sys.executable).parent / "ray")
+START_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 30
+# Inherited variables that would point a process at another cluster or another token; the head and clients drop them.
+FOREIGN_RAY_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct ports free on 127.0.0.1 right now (all held open together so none repeats)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def scrubbed_environ() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in FOREIGN_RAY_VARS}
+
+
+@dataclass
+class RayHead:
+    """A running head. `env` is what a client process adds to its environment (see `client_env`)."""
+    address: str  # GCS address for ray.init / RAY_ADDRESS: "127.0.0.1:PORT"
+    dashboard_url: str  # jobs API: "http://127.0.0.1:PORT"
+    token: str
+    token_path: Path
+    temp_dir: Path
+    log_path: Path
+    env: dict = field(default_factory=dict)
+    process: subprocess.Popen = None
+
+    def client_env(self, **extra) -> dict:
+        """A full environment for a client subprocess (jobs CLI, or a driver calling ray.init())."""
+        return {**scrubbed_environ(), **self.env, **extra}
+
+    def ray(self, *args, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+        """Run the `ray` CLI against this head; stdout and stderr together in .stdout."""
+        return subprocess.run([RAY, *map(str, args)], env=self.client_env() if env is None else env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+    def get(self, path: str, token: str | None = None) -> int:
+        """HTTP status of GET dashboard_url + path, with `Authorization: Bearer token` when a token is given."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(self.dashboard_url + path, headers=headers),
+                                        timeout=5) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    def log_tail(self, n: int = 60) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
+        return "\n".join(lines[-n:])
+
+
+def start_head(num_cpus: int = 2) -> RayHead:
+    # Ray's unix sockets live under the temp dir and must stay under ~107 characters: a short dir in /tmp.
+    temp_dir = Path(tempfile.mkdtemp(prefix="hsray-", dir="/tmp"))
+    token = secrets.token_hex(32)  # what `ray get-auth-token --generate` makes
+    token_path = temp_dir / "auth_token"
+    token_path.touch(mode=0o600)
+    token_path.write_text(token)
+    gcs, dashboard, agent, client_server, dashboard_metrics, autoscaler_metrics = free_ports(6)
+    shared = {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token_path),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # node IP = 127.0.0.1, so every server binds loopback only
+    }
+    head_env = {
+        **scrubbed_environ(), **shared,
+        # As if started from the activated venv: a job's entrypoint finds `python` and `headsweep` from it.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # Fixed defaults (44227, 44217) that a second Ray on this machine would also take.
+        "DASHBOARD_METRIC_PORT": str(dashboard_metrics),
+        "AUTOSCALER_METRIC_PORT": str(autoscaler_metrics),
+    }
+    head = RayHead(address=f"127.0.0.1:{gcs}", dashboard_url=f"http://127.0.0.1:{dashboard}", token=token,
+                   token_path=token_path, temp_dir=temp_dir, log_path=temp_dir / "head.log")
+    head.env = {**shared, "RAY_ADDRESS": head.address, "RAY_API_SERVER_ADDRESS": head.dashboard_url}
+    cmd = [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+           "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+           f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client_server}",
+           f"--num-cpus={num_cpus}", "--num-gpus=0", "--object-store-memory=500000000",
+           f"--temp-dir={temp_dir}", "--disable-usage-stats"]
+    with open(head.log_path, "wb") as log:
+        # Its own session and process group: stop_head signals that group and nothing else on the machine.
+        head.process = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=temp_dir)
+    try:
+        wait_until_jobs_api_answers(head)
+    except BaseException:
+        stop_head(head)
+        raise
+    return head
+
+
+def wait_until_jobs_api_answers(head: RayHead) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if head.process.poll() is not None:
+            pytest.fail(f"ray head exited with {head.process.returncode}:\n{head.log_tail()}")
+        # /api/jobs/ answers 200 only once the job module is up and our token is accepted.
+        try:
+            if head.get("/api/version", head.token) == 200 and head.get("/api/jobs/", head.token) == 200:
+                return
+        except OSError:
+            pass  # not listening yet
+        time.sleep(0.25)
+    pytest.fail(f"ray head's jobs API did not answer within {START_TIMEOUT_S} s:\n{head.log_tail()}")
+
+
+def head_processes(head: RayHead) -> list[psutil.Process]:
+    """Every live process this head started: its descendants, and anything left in its session."""
+    try:
+        procs = psutil.Process(head.process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        procs = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == head.process.pid and p.pid != head.process.pid:
+                procs.append(p)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return list({p.pid: p for p in procs}.values())
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those still running (is_running() also checks the create time, so a reused pid is not ours)."""
+    result = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                result.append(p)
+        except psutil.Error:
+            pass
+    return result
+
+
+def mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line contains text (every Ray process of a head names its temp dir)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and any(text in arg for arg in p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def stop_head(head: RayHead) -> list[str]:
+    """SIGTERM the head's process group, then SIGKILL what is left of it and of the processes it started.
+
+    Returns descriptions of processes that survived even SIGKILL (expected: none)."""
+    pgid = head.process.pid  # start_new_session made the head the leader of its own group
+    seen = head_processes(head)  # before signalling: orphans are reparented and no longer look like descendants
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        head.process.wait(timeout=STOP_TIMEOUT_S)  # ~4 s: the leader shuts its children down, then exits
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    psutil.wait_procs(alive(seen), timeout=2)  # stragglers of a graceful shutdown
+    # Left now: the group if the leader hung, and a running job's driver (its own session, orphaned, never told).
+    stragglers = alive(seen + head_processes(head))
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for p in stragglers:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    head.process.wait(timeout=STOP_TIMEOUT_S)
+    survivors = alive(psutil.wait_procs(stragglers, timeout=10)[1]) + mentioning(str(head.temp_dir))
+    shutil.rmtree(head.temp_dir, ignore_errors=True)
+    return [f"{p.pid} {' '.join(p.info['cmdline'] or [])[:120]}"
+            for p in psutil.process_iter(["cmdline"]) if p.pid in {q.pid for q in survivors}]
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """A real single-node Ray head on 127.0.0.1 with token auth: .address, .dashboard_url, .env, .ray(...)."""
+    head = start_head()
+    try:
+        yield head
+    finally:
+        survivors = stop_head(head)
+        assert not survivors, f"processes of the test's ray head survived SIGKILL: {survivors}"

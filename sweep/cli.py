@@ -66,8 +66,7 @@ def _train(args) -> int:
     cfg = config_module.load(args.config, args.overrides)
     resolved = config_module.to_yaml(cfg)
     out = args.out
-    if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
-        raise ConfigError("--out", f"{out} holds a run of a different config; choose another directory")
+    _check_out_is_ours(out, resolved)
     if (out / "result.json").exists():
         print(f"already finished: {_summary(json.loads((out / 'result.json').read_text()))}  [{out}]")
         return 0
@@ -89,8 +88,7 @@ def _grid(args) -> int:
     base, sweep, points = space.load_sweep(args.config, args.overrides)
     resolved = space.to_yaml(base, sweep)
     out = args.out
-    if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
-        raise ConfigError("--out", f"{out} holds a grid of a different config; choose another directory")
+    _check_out_is_ours(out, resolved)
     tuner.connect(args.address)
     tuner.check_resources(sweep.resources)
 
@@ -121,8 +119,7 @@ def _search(args) -> int:
     all_slices = searching.slices(base, search, args.study or base.name)
     resolved = config_module.to_yaml(base) + OmegaConf.to_yaml({"search": OmegaConf.structured(search)})
     out = args.out
-    if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
-        raise ConfigError("--out", f"{out} holds a search of a different config; choose another directory")
+    _check_out_is_ours(out, resolved)
     storage = searching.storage_for(args.storage, out.resolve()) if args.storage else None  # checked before Ray
     tuner.connect(args.address)
     tuner.check_resources(search.resources)
@@ -140,6 +137,12 @@ def _search(args) -> int:
     print(minimal.drop(columns=["study"]).to_string(index=False))
     print(f"[{out / 'min_diversity.csv'}, {out / 'report.html'}]")
     return 0
+
+
+def _check_out_is_ours(out: Path, resolved: str) -> None:
+    """Re-running the same command on the same --out resumes; another config there would mix two experiments."""
+    if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
+        raise ConfigError("--out", f"{out} holds the results of a different config; choose another directory")
 
 
 def _summary(m: dict) -> str:

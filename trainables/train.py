@@ -175,8 +175,9 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
             else:
                 status = "diverged"
             logger.log(latest, step)
-            media_every = cfg.logging.media_every
-            if media_every and step // cfg.eval.every % media_every == 0 and status == "completed" and step < len(schedule):
+            evaluation = step // cfg.eval.every  # the last step's evaluation logs its media after the loop
+            if cfg.logging.media_every and evaluation % cfg.logging.media_every == 0 and step % cfg.eval.every == 0 \
+                    and status == "completed" and step < len(schedule):
                 logger.log_media(final_readouts(model, eval_sets["ood"], cfg, copy_generator(eval_generator)), step)
             bar.set_postfix({k: f"{latest[k]:.3f}" for k in ("id/loss", "ood/acc")})
             if status != "completed":

@@ -31,6 +31,10 @@ table { border-collapse: collapse; font-size: 0.85rem; }
 th, td { border: 1px solid #ddd; padding: 0.2rem 0.5rem; }
 th { background: #f0f0f0; position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.gallery { display: flex; flex-wrap: wrap; gap: 1rem; align-items: flex-start; }
+figure { margin: 0; max-width: min(100%, 40rem); }
+figcaption { font-size: 0.85rem; color: #555; }
+h3 { margin-bottom: 0.5rem; }
 """
 
 
@@ -82,13 +86,27 @@ def render_section(section: Section) -> str:
     if section.html is not None:
         body = section.html
     elif section.image_png is not None:
-        data = base64.b64encode(section.image_png).decode("ascii")
-        body = f'<img src="data:image/png;base64,{data}" alt="{html.escape(section.alt)}">'
+        body = image_tag(section.image_png, section.alt)
     elif section.table is not None:
         body = render_table(section.table)
     else:
         body = f"<pre>{html.escape(section.text)}</pre>"
     return f"<section><h2>{html.escape(section.heading)}</h2>\n{body}\n</section>"
+
+
+def image_tag(png: bytes, alt: str) -> str:
+    """An <img> with the PNG inlined as a data URI (the report links nothing)."""
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+
+
+def gallery(figures: list[tuple[bytes, str]], heading: str | None = None) -> str:
+    """Trusted HTML for a Section: PNG figures side by side, each with its (escaped) caption, under an optional
+    <h3> heading."""
+    items = "".join(f"<figure>{image_tag(png, caption)}<figcaption>{html.escape(caption)}</figcaption></figure>"
+                    for png, caption in figures)
+    title = f"<h3>{html.escape(heading)}</h3>" if heading else ""
+    return f'{title}<div class="gallery">{items}</div>'
 
 
 def render_table(frame: pd.DataFrame) -> str:

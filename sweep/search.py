@@ -209,7 +209,7 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
         round_index += 1
         points = [p for *_, pts in batch for p in pts]
         tuner.run(base, search, points, out, experiment=f"search-{time.strftime('%Y%m%d-%H%M%S')}-r{round_index}",
-                  restore=False)
+                  restore=False, job_type="search")
         for study, trial, value, pts in batch:
             tell(study, trial, value, pts, search, out)
 

@@ -48,12 +48,13 @@ def check_resources(resources) -> None:
                            f"node of this cluster has {cpus:g} CPU and {gpus:g} GPU")
 
 
-def members(points: list[dict], out: Path) -> list[dict]:
-    return [{"point": point, "dir": str((out / "trials" / point_id(point)).resolve())} for point in points]
+def members(points: list[dict], out: Path, job_type: str = "grid") -> list[dict]:
+    return [{"point": point, "dir": str((out / "trials" / point_id(point)).resolve()), "job_type": job_type}
+            for point in points]
 
 
 def run(base: config.Config, sweep, points: list[dict], out: Path, experiment: str = EXPERIMENT,
-        restore: bool = True) -> tune.ResultGrid:
+        restore: bool = True, job_type: str = "grid") -> tune.ResultGrid:
     """Run every point as a Tune trial (resuming the experiment if `restore` and it exists); Ray must be connected.
 
     sweep: the grid's or the search's section (resources, max_concurrent, max_failures). Members whose result.json
@@ -64,7 +65,7 @@ def run(base: config.Config, sweep, points: list[dict], out: Path, experiment: s
         base_dict["device"] = "cuda"
     # The base config and the plan travel once through the object store; a trial's own config is just its id, which
     # keeps Tune's table and trial directories readable.
-    plan = {point_id(m["point"]): [m] for m in members(points, out)}  # trial id -> its members (one, until packing)
+    plan = {point_id(m["point"]): [m] for m in members(points, out, job_type)}  # trial id -> its members (one, until packing)
     trainable = tune.with_resources(tune.with_parameters(run_trial, base=base_dict, plan=plan),
                                     {"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu})
     experiment = (out / "ray" / experiment).resolve()

@@ -1,7 +1,10 @@
 """Shared test helpers: the repo's configs by path, and a tiny config loader."""
+import os
 from pathlib import Path
 
 import pytest
+
+os.environ["WANDB_MODE"] = "offline"  # a developer logged in to W&B must not send test runs online
 
 from trainables import config
 

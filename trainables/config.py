@@ -18,7 +18,7 @@ from omegaconf import errors as oc_errors
 
 from trainables import models, tasks
 from trainables.errors import ConfigError
-from trainables.logger import LoggingConfig
+from trainables.logger import WANDB_MODES, LoggingConfig
 from trainables.models.transformer import EMBEDDINGS, POSITIONAL, head_width, residual_width
 from trainables.tasks.lengths import distribution
 from trainables.tasks.trigger_copy import OOD_SPLITS
@@ -195,6 +195,8 @@ def validate(cfg: Config, check_device: bool = True) -> None:
         *((f"eval.{k}", getattr(ev, k) >= 1, "must be >= 1") for k in ("every", "n_id", "n_ood", "n_pairs_per_cell", "n_examples")),
         ("eval.patience", ev.patience >= 0, "must be >= 0 (0 never stops early)"),
         ("logging.media_every", cfg.logging.media_every >= 0, "must be >= 0 (0 logs media only at the end)"),
+        ("logging.mode", cfg.logging.mode in WANDB_MODES, f"must be one of {', '.join(WANDB_MODES)}"),
+        ("logging.project", bool(cfg.logging.project.strip()), "must not be empty"),
         ("eval.threshold", 0 < ev.threshold <= 1, "must be in (0, 1]"),
     )
 

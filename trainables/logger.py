@@ -1,17 +1,37 @@
 """Logger fan-out: the training loop talks to one Logger, which forwards every record to its sinks.
 
 JsonlSink is the source of truth (always on, one flushed line per evaluation, so a crash loses at most the record in
-flight); other sinks (W&B, Ray Tune) mirror it.
+flight); other sinks (W&B, Ray Tune) mirror it. `logging.wandb=false` imports nothing from wandb: WandbSink imports
+it when it is built, and only trial_logger builds it.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from dataclasses import dataclass
+import os
+import secrets
+import socket
+import string
+import sys
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlparse
 
 import numpy as np
+
+from trainables.errors import ConfigError
+
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+# WANDB_MODE values wandb itself accepts, mapped onto ours ("dryrun" and "run" are its old names).
+_ENV_MODES = {"online": "online", "run": "online", "shared": "online", "offline": "offline", "dryrun": "offline",
+              "disabled": "disabled"}
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+PROBE_TIMEOUT_S = 3.0  # how long a logged-in trial waits to learn that the W&B server does not answer
+RUN_ID_FILE = "headsweep-run-id"  # in <trial>/wandb/: a retried trial continues the same W&B run
 
 
 @dataclass
@@ -19,6 +39,11 @@ class LoggingConfig:
     """Where a trial's records go besides metrics.jsonl (which is always written)."""
 
     media_every: int = 0  # also log attention maps and matrices every this many evaluations; 0: only at the end
+    wandb: bool = True  # mirror every trial to a W&B run (offline unless logged in); false imports nothing from wandb
+    project: str = "headsweep"  # W&B project of the runs
+    entity: str = ""  # W&B entity (user or team) of the runs; empty: the logged-in account's default
+    mode: str = "auto"  # auto | online | offline | disabled; auto: WANDB_MODE, else online if logged in, else offline
+    tags: list[str] = field(default_factory=list)  # extra W&B tags, besides task, model, length family, OOD split
 
 
 class Sink(Protocol):
@@ -46,7 +71,8 @@ class Logger:
     """Forwards to every sink; with none it does nothing, so library callers need not care about logging.
 
     Besides scalar records, sinks may implement `log_media(arrays, step)` (attention maps, matrices: the arrays of
-    attention.npz) and `summary(metrics)` (a trial's final result); sinks without them skip those calls.
+    attention.npz), `summary(metrics)` (a trial's final result) and `mark_failed()` (the trial raised before the
+    logger closed); sinks without them skip those calls.
     """
 
     def __init__(self, *sinks: Sink):
@@ -73,10 +99,214 @@ class Logger:
     def __enter__(self) -> "Logger":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is not None:
+            for sink in self.sinks:
+                if hasattr(sink, "mark_failed"):
+                    sink.mark_failed()
         self.close()
 
 
-def trial_logger(cfg, out_dir: Path, *extra: Sink) -> Logger:
-    """The logger of one trial: metrics.jsonl in out_dir (the source of truth), then any extra sinks."""
-    return Logger(JsonlSink(Path(out_dir) / "metrics.jsonl"), *extra)
+def trial_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", group: str | None = None,
+                 name: str | None = None, tags: tuple[str, ...] = ()) -> Logger:
+    """The logger of one trial: metrics.jsonl in out_dir (the source of truth), any extra sinks, then a W&B run
+    when `logging.wandb` is on and the mode is not disabled.
+
+    W&B run: job_type = the verb, group = `group` or the experiment name (`cfg.name`), name = `name` or one built
+    from the config (`run_name`), tags = automatic ones + `logging.tags` + `tags`. A metrics.jsonl that already holds
+    records means a retry resuming from a checkpoint (the trainable kept the records up to it): the W&B run of the
+    earlier attempt is continued rather than a new one started.
+    """
+    out_dir = Path(out_dir).resolve()  # absolute: Tune trials chdir into a scratch dir
+    jsonl = out_dir / "metrics.jsonl"
+    resuming = jsonl.exists() and jsonl.stat().st_size > 0
+    sinks = [JsonlSink(jsonl), *extra]
+    if cfg.logging.wandb:
+        mode, why = resolve_wandb_mode(cfg.logging.mode)
+        if mode != "disabled":
+            try:
+                sinks.append(WandbSink(out_dir, mode=mode, project=cfg.logging.project, entity=cfg.logging.entity,
+                                       group=group or cfg.name, job_type=job_type, name=name or run_name(cfg),
+                                       tags=default_tags(cfg) + list(cfg.logging.tags) + list(tags),
+                                       config=flat_config(cfg), resume=resuming))
+            except BaseException:
+                sinks[0].close()
+                raise
+            if mode == "offline":
+                print(f"W&B: offline run ({why}) in {out_dir / 'wandb'}; upload it later with "
+                      f"`wandb sync {out_dir / 'wandb'}/offline-run-*`", file=sys.stderr)
+    return Logger(*sinks)
+
+
+class WandbSink:
+    """Mirrors one trial to one W&B run: every evaluation as history, media figures, an npz artifact, the summary.
+
+    The run lives in <trial dir>/wandb (WANDB_DIR, absolute). Images are drawn by trainables.media (W&B renders bare
+    float arrays black) and handed over as uint8 RGB. The diversity measures (`data/*`, constant in a trial) are
+    also put in the run's config, so runs can be grouped and filtered by diversity. At close, the arrays of the last
+    media call (the final readout) become an artifact `attention-<run id>` holding attention.npz.
+    """
+
+    def __init__(self, out_dir: Path, *, mode: str, project: str, entity: str, group: str, job_type: str, name: str,
+                 tags: list[str], config: dict, resume: bool = False):
+        import wandb  # here, not at the top: logging.wandb=false must import nothing from wandb
+
+        self.wandb = wandb
+        out_dir = Path(out_dir).resolve()
+        run_id, resume = _run_id(out_dir / "wandb", resume)
+        self.run = wandb.init(
+            project=project, entity=entity or None, group=group, job_type=job_type, name=name,
+            tags=list(dict.fromkeys(tag[:64] for tag in tags)),  # unique, in order; W&B caps a tag at 64 characters
+            config=config, id=run_id, resume="allow" if resume else None, dir=str(out_dir), mode=mode,
+            reinit="create_new",  # several trials may share a process (reused Ray actors, later packed members)
+            settings=wandb.Settings(
+                console="off",  # leave stdout/stderr alone: the progress bar and Ray's capture keep working
+                silent=True,  # trial_logger says where an offline run went, once
+                x_disable_stats=True, x_disable_machine_info=True,  # no system sampling or hardware probing per trial
+            ),
+        )
+        self.step, self.arrays, self.config_has_data, self.exit_code = 0, None, False, 0
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if not self.config_has_data:
+            self.run.config.update({k: v for k, v in metrics.items() if k.startswith("data/")}, allow_val_change=True)
+            self.config_has_data = True
+        self.step = max(self.step, step)
+        self.run.log(dict(metrics), step=step)
+
+    def log_media(self, arrays: dict[str, np.ndarray], step: int) -> None:
+        from trainables import media  # matplotlib is imported only when a trial logs media
+
+        images = {}
+        for key, figure in media.figures(arrays).items():
+            images[key] = self.wandb.Image(media.rgb(figure), caption=f"{key} at step {step}")
+        self.arrays = arrays
+        # W&B drops records at a step below the last one; a diverged run's readout belongs to an earlier step.
+        self.step = max(self.step, step)
+        self.run.log(images, step=self.step)
+
+    def summary(self, metrics: dict[str, float | str]) -> None:
+        self.run.summary.update(dict(metrics))
+
+    def mark_failed(self) -> None:
+        self.exit_code = 1
+
+    def close(self) -> None:
+        if self.arrays is not None:
+            path = Path(self.run.dir).parent / "attention.npz"  # beside the offline run's records, synced with them
+            np.savez_compressed(path, **self.arrays)
+            artifact = self.wandb.Artifact(f"attention-{self.run.id}", type="attention",
+                                           description="attention.npz of the trial's final readout",
+                                           metadata={k: list(np.shape(v)) for k, v in self.arrays.items()})
+            artifact.add_file(str(path), name="attention.npz", policy="immutable")  # no copy into ~/.local/share
+            self.run.log_artifact(artifact)
+        self.run.finish(exit_code=self.exit_code)
+
+
+def resolve_wandb_mode(requested: str) -> tuple[str, str]:
+    """(mode, reason): the W&B mode a trial will use. Never one that prompts for a login or waits on a dead server.
+
+    `auto` takes WANDB_MODE when it is set; online (asked for or from auto) needs credentials (WANDB_API_KEY,
+    WANDB_IDENTITY_TOKEN_FILE or a ~/.netrc entry from `wandb login`) and a server that answers within
+    PROBE_TIMEOUT_S, else it falls back to offline.
+    """
+    if requested not in WANDB_MODES:
+        raise ConfigError("logging.mode", f"must be one of {', '.join(WANDB_MODES)}, got {requested!r}")
+    mode = requested
+    if mode == "auto":
+        env = os.environ.get("WANDB_MODE", "").strip().lower()
+        mode = _ENV_MODES.get(env, "auto")
+    if mode in ("offline", "disabled"):
+        return mode, f"logging.mode={requested}" if requested != "auto" else f"WANDB_MODE={mode}"
+    base_url = os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)
+    if not has_credentials(base_url):
+        return "offline", "no W&B credentials: run `wandb login` or set WANDB_API_KEY to log online"
+    if not server_answers(base_url):
+        return "offline", f"{base_url} does not answer"
+    return "online", "logged in"
+
+
+def has_credentials(base_url: str) -> bool:
+    """Whether wandb would find credentials for this server without asking: env vars or a .netrc entry."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    import netrc
+
+    host = urlparse(base_url).hostname or ""
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        return path.is_file() and netrc.netrc(str(path)).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+@lru_cache(maxsize=8)
+def server_answers(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """A TCP connection to the server opens within `timeout` (DNS included); asked once per process."""
+    url = urlparse(base_url)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    answered = threading.Event()
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((url.hostname, port), timeout=timeout):
+                answered.set()
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)  # a daemon: a hung DNS lookup cannot hold the trial
+    thread.start()
+    thread.join(timeout)
+    return answered.is_set()
+
+
+def _run_id(wandb_dir: Path, resume: bool) -> tuple[str, bool]:
+    """The W&B run id of this trial and whether to resume it: the earlier attempt's id when resuming, else new."""
+    id_file = wandb_dir / RUN_ID_FILE
+    if resume and id_file.exists():
+        return id_file.read_text().strip(), True
+    alphabet = string.ascii_lowercase + string.digits
+    run_id = "".join(secrets.choice(alphabet) for _ in range(8))
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    id_file.write_text(run_id + "\n")
+    return run_id, False
+
+
+def flat_config(cfg) -> dict:
+    """The resolved config as {dotted key: value} (task.lengths.low: 3), as W&B's run config."""
+    flat = {}
+
+    def walk(node, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[prefix + key] = value
+
+    walk(dataclasses.asdict(cfg), "")
+    return flat
+
+
+def run_name(cfg) -> str:
+    """A readable run name from the config, e.g. l3-15_t4_s0: training lengths, trigger count, seed."""
+    parts = []
+    lengths = getattr(cfg.task, "lengths", None)
+    if lengths is not None:
+        parts.append({"uniform": f"l{lengths.low}-{lengths.high}",
+                      "power": f"p{lengths.low}-{lengths.high}^{lengths.exponent:g}",
+                      "optimal": f"opt{lengths.optimal_n or getattr(cfg.task, 'n_triggers', '')}",
+                      "weights": f"w{len(lengths.weights)}"}.get(lengths.family, lengths.family))
+    if hasattr(cfg.task, "n_triggers"):
+        parts.append(f"t{cfg.task.n_triggers}")
+    return "_".join(parts + [f"s{cfg.seed}"])
+
+
+def default_tags(cfg) -> list[str]:
+    """Task, model, length family and OOD split: the slices reviewers filter W&B runs by."""
+    tags = [cfg.task.name, cfg.model.name]
+    lengths = getattr(cfg.task, "lengths", None)
+    if lengths is not None:
+        tags.append(f"lengths:{lengths.family}")
+    if hasattr(cfg.task, "ood_split"):
+        tags.append(f"ood:{cfg.task.ood_split}")
+    return tags

@@ -58,7 +58,7 @@ def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
         state = resume["state"] if resume and resume["member"] == index else None
         _keep_records_until(out / "metrics.jsonl", state["step"] if state else 0)
         sink = TuneSink(index)
-        with trial_logger(cfg, out, sink) as logger:
+        with trial_logger(cfg, out, sink, job_type=member.get("job_type", "grid"), name=out.name) as logger:
             result = train(cfg, logger, resume=state, on_checkpoint=sink.stage)
             if state:  # say so in the result: this member continued from a checkpoint after a crash
                 result.metrics["resumed_from_step"] = state["step"]

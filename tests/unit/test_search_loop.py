@@ -18,7 +18,7 @@ def fake_tune(monkeypatch):
     """tuner.run that writes each point's result.json at once; records how many points it trained."""
     calls = []
 
-    def run(base, search, points, out, experiment, restore):
+    def run(base, search, points, out, experiment, restore, job_type):
         calls.append(len(points))
         for point in points:
             trial = out / "trials" / point_id(point)

@@ -1,0 +1,136 @@
+"""trainables.media: each figure shows what it claims (landmarks, block boundaries, padding, colour bars) and renders
+to an image that is not one flat colour; the report's gallery escapes its captions."""
+import io
+
+import numpy as np
+from PIL import Image
+
+from dashboards.report import gallery
+from trainables import media
+
+L, N = 12, 6  # max_len, vocab_size of the synthetic arrays
+K, LAYERS, HEADS = 3, 2, 2  # examples, layers, heads
+L1, L2 = np.array([1, 4, 2]), np.array([5, 2, 3])  # (K,) query at l1 + l2 + 2 = 8, 8, 7
+
+
+def transformer_arrays() -> dict[str, np.ndarray]:
+    """attention.npz of a transformer run, with each head attending to the output token at the query."""
+    T = int((L1 + L2).max()) + 3
+    query_attention = np.zeros((K, LAYERS, HEADS, T))
+    query_attention[np.arange(K), :, :, L1 + 1] = 1.0  # an induction head: all mass on the output token
+    patterns = np.tril(np.ones((K, LAYERS, HEADS, T, T)))
+    patterns /= patterns.sum(-1, keepdims=True)  # uniform causal attention
+    acc = np.full((L, L), np.nan)
+    for a in range(1, L):
+        for b in range(1, L):
+            if a + b + 3 <= L - 1:
+                acc[a, b] = 1.0 if a == b else 0.25
+    return {"acc_by_pair": acc, "query_attention": query_attention, "query_attention_mean": query_attention.mean(0),
+            "tokens": np.zeros((K, T), dtype=np.int64), "l1": L1, "l2": L2, "patterns": patterns}
+
+
+def one_step_arrays() -> dict[str, np.ndarray]:
+    arrays = transformer_arrays()
+    del arrays["patterns"]
+    arrays["query_attention"] = arrays["query_attention"][:, :1, :1]  # one layer, one head
+    D = L + 2 * N
+    W_KQ = np.zeros((D, D))
+    W_KQ[L + N, L] = 5.0  # induction block: key prev token 0, query token 0
+    W_KQ[3, L - 1] = -2.0  # a positional entry
+    return arrays | {"W_KQ": W_KQ, "W_V": np.zeros((N, D))}
+
+
+def pixels(figure) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(media.png_bytes(figure))).convert("RGB"))
+
+
+def assert_not_flat(image: np.ndarray) -> None:
+    packed = image.astype(np.int64)
+    colours = np.unique(packed[..., 0] << 16 | packed[..., 1] << 8 | packed[..., 2])
+    assert len(colours) > 50 and image.std() > 10, "the figure rendered as (nearly) one flat colour"
+
+
+def colour_bar_labels(figure) -> list[str]:
+    return [ax.get_ylabel() for ax in figure.axes[1:]]
+
+
+def test_figures_are_keyed_as_the_wandb_media_keys():
+    assert list(media.figures(transformer_arrays())) == [
+        *(f"attention/query_L{l}H{h}" for l in range(LAYERS) for h in range(HEADS)),
+        *(f"attention/pattern_L{l}H{h}" for l in range(LAYERS) for h in range(HEADS)),
+        "ood/acc_by_pair",
+    ]
+    assert list(media.figures(one_step_arrays())) == ["attention/query_L0H0", "mech/W_KQ", "ood/acc_by_pair"]
+
+
+def test_query_attention_marks_trigger_and_output_per_example_and_blanks_padding():
+    figure = media.query_attention(transformer_arrays(), layer=1, head=0)
+    ax = figure.axes[0]
+    marks = {c.get_label(): c.get_offsets() for c in ax.collections}
+    rows = np.arange(K)
+    assert np.array_equal(marks["first trigger"], np.c_[L1, rows])
+    assert np.array_equal(marks["output (induction target)"], np.c_[L1 + 1, rows])
+    # (l1 + l2) even only for the first two examples: l̄ + 2 (1-indexed) = (l1 + l2) // 2 + 1 (0-indexed)
+    assert np.array_equal(marks["shortcut position"], np.c_[((L1 + L2) // 2 + 1)[:2], rows[:2]])
+    blank = np.ma.getmaskarray(np.ma.masked_invalid(ax.get_images()[0].get_array()))  # (K, T)
+    assert blank[2, 8] and not blank[2, 7] and not blank[0, 8]  # example 2 ends at its query, position 7
+    assert ax.get_xlabel() == "key position (0-indexed)" and colour_bar_labels(figure) == ["attention"]
+    assert_not_flat(pixels(figure))
+
+
+def test_attention_pattern_is_cropped_to_the_example_and_marks_its_landmarks():
+    figure = media.attention_pattern(transformer_arrays(), layer=0, head=1, example=1)
+    ax = figure.axes[0]
+    assert ax.get_images()[0].get_array().shape == (9, 9)  # T = l1 + l2 + 3 of example 1
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert lines["first trigger"].get_xdata()[0] == L1[1]
+    assert lines["output (induction target)"].get_xdata()[0] == L1[1] + 1
+    assert_not_flat(pixels(figure))
+
+
+def test_w_kq_draws_the_three_embedding_blocks_on_a_symmetric_scale():
+    arrays = one_step_arrays()
+    figure = media.w_kq(arrays["W_KQ"], vocab_size=N)
+    ax = figure.axes[0]
+    vertical = [line for line in ax.get_lines() if line.get_xdata()[0] == line.get_xdata()[1]]
+    edges = sorted({float(line.get_xdata()[0]) for line in vertical})
+    assert edges == [L - 0.5, L + N - 0.5]  # position | token | previous token
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["position", "token", "prev token"]
+    low, high = ax.get_images()[0].get_clim()
+    assert low == -high == -5.0  # zero is white whatever the signs
+    assert_not_flat(pixels(figure))
+
+
+def test_accuracy_by_pair_puts_l1_across_l2_up_and_leaves_invalid_cells_blank():
+    acc = transformer_arrays()["acc_by_pair"]
+    figure = media.accuracy_by_pair(acc)
+    ax = figure.axes[0]
+    grid = ax.get_images()[0].get_array()  # (l2, l1), cropped to the valid cells
+    assert grid.shape == (L - 4, L - 4)
+    assert grid[2, 1] == acc[1, 2] and grid.mask[7, 7]  # l1 = 1, l2 = 2 is valid; 7 + 7 + 3 > L - 1 is not
+    assert "mean 0.3" in ax.get_title()
+    assert_not_flat(pixels(figure))
+
+
+def test_curves_show_single_evaluations_and_colour_runs_by_a_value():
+    runs = {"a": [{"step": 2, "ood/acc": 0.5, "train/loss": 1.0}],
+            "b": [{"step": s, "ood/acc": s / 10, "train/loss": None} for s in (1, 2, 3, 4)]}
+    figure = media.curves(runs, metrics=("train/loss", "ood/acc", "absent/metric"), colour_by={"a": 0.2, "b": 0.5},
+                          colour_label="R")
+    assert [ax.get_title() for ax in figure.axes[:2]] == ["train/loss", "ood/acc"]  # absent metrics get no panel
+    assert figure.axes[0].get_lines()[0].get_marker() == "o"  # a single point stays visible
+    assert figure.axes[1].get_lines()[0].get_color() != figure.axes[1].get_lines()[1].get_color()
+    assert colour_bar_labels(figure)[-1] == "R"
+
+
+def test_rgb_is_uint8_so_wandb_does_not_render_it_black():
+    image = media.rgb(media.accuracy_by_pair(transformer_arrays()["acc_by_pair"]))
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    assert_not_flat(image)
+
+
+def test_gallery_escapes_captions():
+    png = media.png_bytes(media.accuracy_by_pair(transformer_arrays()["acc_by_pair"]))
+    html = gallery([(png, "<script>alert(1)</script>")], heading="a & b")
+    assert "<script>" not in html and "&lt;script&gt;" in html and "<h3>a &amp; b</h3>" in html
+    assert html.count("data:image/png;base64,") == 1

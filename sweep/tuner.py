@@ -69,13 +69,16 @@ def run(base: config.Config, sweep, points: list[dict], out: Path, experiment: s
     trainable = tune.with_resources(tune.with_parameters(run_trial, base=base_dict, plan=plan),
                                     {"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu})
     experiment = (out / "ray" / experiment).resolve()
+    param_space = {"trial": tune.grid_search(list(plan))}
     if restore and tune.Tuner.can_restore(str(experiment)):
-        # Finished trials are kept; unfinished and errored ones continue from their last checkpoint.
-        tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
+        # Finished trials are kept; unfinished and errored ones continue from their last checkpoint. The param
+        # space is given again: a driver killed before Tune generated every trial left variants still to generate.
+        tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True,
+                                   param_space=param_space)
     else:
         tuner = tune.Tuner(
             trainable,
-            param_space={"trial": tune.grid_search(list(plan))},
+            param_space=param_space,
             tune_config=tune.TuneConfig(
                 reuse_actors=True,  # ~15x the throughput of a fresh worker per small trial
                 max_concurrent_trials=sweep.max_concurrent or None,

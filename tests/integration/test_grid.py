@@ -88,12 +88,13 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path):
     driver = subprocess.Popen([HEADSWEEP, "grid", str(config_file), "--out", str(out)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
-    while len(finished(out)) < 2 and time.time() < deadline and driver.poll() is None:
-        time.sleep(0.5)
+    # Killed right after the first trial finishes: Tune has not generated every trial yet, the hardest restore.
+    while len(finished(out)) < 1 and time.time() < deadline and driver.poll() is None:
+        time.sleep(0.2)
     os.killpg(driver.pid, signal.SIGKILL)  # the driver and the local Ray it started: nothing gets to clean up
     driver.wait()
     done_before = finished(out)
-    assert 2 <= len(done_before) < 6, "the grid should have been killed midway"
+    assert 1 <= len(done_before) < 6, "the grid should have been killed midway"
 
     proc = headsweep("grid", config_file, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]

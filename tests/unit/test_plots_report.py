@@ -1,81 +1,144 @@
-"""Phase diagrams and the self-contained HTML report: the numbers drawn are the numbers measured."""
+"""Phase diagram (sweep/plots.py) and the self-contained HTML report (dashboards/report.py)."""
 import base64
 import io
+import math
+import os
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.contour import ContourSet
 from PIL import Image
 
-from dashboards.report import Section, write_report
-from sweep import plots
+from dashboards.report import Section, gallery, write_report
+from sweep.plots import figure_to_png, phase_diagram, save_png
+
+LOW, HIGH, N_TRG = "task.lengths.low", "task.lengths.high", "task.n_triggers"
 
 
-def synthetic_results(seed: int = 0) -> pd.DataFrame:
-    """low < high in [3, 8], two n_triggers, two seeds; ood/acc rises with the width; R as in SPEC §1."""
-    rng = np.random.default_rng(seed)
+def max_sum_ratio(low: int, high: int) -> float:
+    """R of Unif{low..high} (SPEC §1), computed here independently of trainables."""
+    return (1 / low) / sum(1 / l for l in range(low, high + 1))
+
+
+def grid_results(lows=range(3, 8), highs=range(4, 10), n_triggers=(4, 8), seeds=(0, 1, 2), skip=()) -> pd.DataFrame:
+    """Synthetic results.csv: low < high only, per-seed noise so the seed mean is not any single row."""
+    rng = np.random.default_rng(0)
     rows = []
-    for n_triggers in (4, 8):
-        for low in range(3, 9):
-            for high in range(low + 1, 9):
-                ratio = (1 / low) / sum(1 / l for l in range(low, high + 1))
-                for s in (0, 1):
-                    acc = float(np.clip((0.45 - ratio) * 3 + rng.normal(0, 0.05), 0, 1))
-                    rows.append({"task.lengths.low": low, "task.lengths.high": high, "task.n_triggers": n_triggers,
-                                 "seed": s, "ood/acc": acc, "data/max_sum_ratio": ratio})
+    for n in n_triggers:
+        for low in lows:
+            for high in highs:
+                if low >= high or (low, high) in skip:
+                    continue
+                for seed in seeds:
+                    rows.append({LOW: low, HIGH: high, N_TRG: n, "seed": seed,
+                                 "ood/acc": float(rng.uniform()), "data/max_sum_ratio": max_sum_ratio(low, high),
+                                 "status": "completed", "error": "", "seconds": 1.0, "trial": f"t{len(rows)}"})
     return pd.DataFrame(rows)
 
 
-def heatmap(ax) -> np.ndarray:
-    return np.ma.filled(ax.images[0].get_array().astype(float), np.nan)
+def panel_axes(fig):
+    """The heatmap panels (the colour bar's axes hold no AxesImage)."""
+    return [ax for ax in fig.axes if ax.images]
 
 
-def test_cells_are_seed_means_and_missing_cells_are_nan():
-    results = synthetic_results()
-    fig = plots.phase_diagram(results, "task.lengths.low", "task.lengths.high", panels=["task.n_triggers"])
-    panel = results[results["task.n_triggers"] == 4]
-    expected = panel.groupby(["task.lengths.high", "task.lengths.low"])["ood/acc"].mean()
-    grid = heatmap(fig.axes[0])  # (len(highs), len(lows)) with highs 4..8 and lows 3..7
-    assert grid[0, 0] == pytest.approx(expected[(4, 3)])
-    assert grid[4, 2] == pytest.approx(expected[(8, 5)])
-    assert grid.shape == (5, 5) and np.isnan(grid[0, 4])  # low 7, high 4: never run
+def contours(ax):
+    return [c for c in ax.collections if isinstance(c, ContourSet)]
 
 
-def test_one_panel_per_further_axis_value_and_the_contour_only_when_in_range():
-    results = synthetic_results()
-    fig = plots.phase_diagram(results, "task.lengths.low", "task.lengths.high", ratio_level=0.3,
-                              panels=["task.n_triggers"])
-    panels = [ax for ax in fig.axes if ax.images]
-    assert [ax.get_title() for ax in panels] == ["task.n_triggers = 4", "task.n_triggers = 8"]
-    assert all(ax.collections for ax in panels)  # the R = 0.3 contour
-    fig = plots.phase_diagram(results, "task.lengths.low", "task.lengths.high", ratio_level=5.0,
-                              panels=["task.n_triggers"])
-    assert not any(ax.collections for ax in fig.axes if ax.images)  # R never reaches 5: no contour
+def test_heatmap_is_the_seed_mean_and_nan_where_no_trial_ran():
+    df = grid_results(n_triggers=(4,), skip={(4, 8)})
+    fig = phase_diagram(df, LOW, HIGH, panels=[N_TRG])
+    (ax,) = panel_axes(fig)
+    shown = np.ma.filled(ax.images[0].get_array().astype(float), np.nan)  # (n_high, n_low), origin lower
+    lows, highs = sorted(df[LOW].unique()), sorted(df[HIGH].unique())
+    assert shown.shape == (len(highs), len(lows))
+    for i, high in enumerate(highs):
+        for j, low in enumerate(lows):
+            accs = [r["ood/acc"] for _, r in df.iterrows() if r[LOW] == low and r[HIGH] == high]
+            if accs:
+                assert shown[i, j] == pytest.approx(sum(accs) / len(accs))
+            else:  # the low >= high triangle and the skipped cell
+                assert math.isnan(shown[i, j]), (low, high)
+    assert math.isnan(shown[highs.index(8), lows.index(4)])
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(v) for v in lows]
+    assert ax.get_xlabel() == LOW and ax.get_ylabel() == HIGH
+    assert ax.get_ylim()[0] < ax.get_ylim()[1]  # high grows upwards, as in the papers' figures
+    assert "ood/acc" in fig.get_suptitle()
+    assert ax.images[0].get_clim() == (0.0, 1.0)
 
 
-def test_an_axis_that_varies_but_is_not_plotted_is_refused():
-    with pytest.raises(ValueError, match="task.n_triggers"):
-        plots.phase_diagram(synthetic_results(), "task.lengths.low", "task.lengths.high")
+def test_one_panel_per_combination_of_further_axes():
+    df = grid_results(n_triggers=(4, 8, 16))
+    df = pd.concat([df.assign(**{"model.n_layers": n}) for n in (1, 2)], ignore_index=True)
+    fig = phase_diagram(df, LOW, HIGH, panels=[N_TRG, "model.n_layers"])
+    titles = {ax.get_title() for ax in panel_axes(fig)}
+    assert len(panel_axes(fig)) == 6
+    assert "task.n_triggers = 16, model.n_layers = 2" in titles
+    with pytest.raises(ValueError, match="model.n_layers"):  # would be averaged with the seeds
+        phase_diagram(df, LOW, HIGH, panels=[N_TRG])
 
 
-def test_png_is_a_real_picture():
-    png = plots.figure_to_png(plots.phase_diagram(synthetic_results(), "task.lengths.low", "task.lengths.high",
-                                                  panels=["task.n_triggers"]))
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    image = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
-    assert image.std() > 10  # not one flat colour
+def test_contour_drawn_only_when_the_level_is_inside_the_range():
+    df = grid_results()
+    inside = phase_diagram(df, LOW, HIGH, ratio_level=0.4, panels=[N_TRG])
+    assert all(len(contours(ax)) == 1 for ax in panel_axes(inside))
+    assert any("R = 0.4" == t.get_text() for ax in panel_axes(inside) for t in ax.texts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # skipping must be silent, not a matplotlib "no contour levels" warning
+        outside = phase_diagram(df, LOW, HIGH, ratio_level=0.9, panels=[N_TRG])
+        single = phase_diagram(grid_results(lows=[3]), LOW, HIGH, ratio_level=0.4, panels=[N_TRG])
+    assert all(not contours(ax) for ax in panel_axes(outside))
+    assert all(not contours(ax) for ax in panel_axes(single))
+    assert panel_axes(single)[0].images[0].get_array().shape == (6, 1)
+
+
+def test_png_bytes_decode_to_a_non_uniform_image(tmp_path):
+    png = figure_to_png(phase_diagram(grid_results(), LOW, HIGH, ratio_level=0.4, panels=[N_TRG]))
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 10
+    path = save_png(phase_diagram(grid_results(), LOW, HIGH, panels=[N_TRG]), tmp_path / "sub" / "phase.png")
+    assert path.read_bytes().startswith(b"\x89PNG") and os.listdir(path.parent) == ["phase.png"]
 
 
 def test_report_is_self_contained_and_escaped(tmp_path):
-    png = plots.figure_to_png(plots.phase_diagram(synthetic_results(), "task.lengths.low", "task.lengths.high",
-                                                  panels=["task.n_triggers"]))
-    table = pd.DataFrame({"trial": ["<script>alert(1)</script>"], "ood/acc": [np.nan], "R": [0.123456]})
-    path = write_report(tmp_path / "report.html", "grid <b>test</b>",
-                        [Section("Diagram", image_png=png, alt="phase"), Section("Results", table=table),
-                         Section("Config", text="name: x\n")])
-    page = path.read_text()
-    assert f"data:image/png;base64,{base64.b64encode(png).decode()}" in page
-    assert "<script>alert" not in page and "&lt;script&gt;" in page
-    assert "grid &lt;b&gt;test&lt;/b&gt;" in page and "0.123" in page and "\u2013" in page
+    png = figure_to_png(phase_diagram(grid_results(), LOW, HIGH, panels=[N_TRG]))
+    table = pd.DataFrame({"trial": ["<script>alert(1)</script>", "b&c"], "ood/acc": [0.98765, float("nan")],
+                          LOW: [3.0, 4.0]})
+    path = write_report(tmp_path / "report.html", "Grid <one>", [
+        Section("Phase diagram", image_png=png, alt="ood/acc"),
+        Section("Results", table=table),
+        Section("Config", text="task:\n  name: <trigger_copy>\n"),
+        Section("Gallery", html=gallery([(png, "n_triggers <8>")], heading="a & b")),
+    ])
+    page = path.read_text(encoding="utf-8")
+    assert "<title>Grid &lt;one&gt;</title>" in page
+    assert f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}"' in page
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "b&amp;c" in page
+    assert ">0.988<" in page and ">\u2013<" in page and ">3<" in page  # whole-number key column stays an int
+    assert "&lt;trigger_copy&gt;" in page
+    assert "<figcaption>n_triggers &lt;8&gt;</figcaption>" in page and "<h3>a &amp; b</h3>" in page
     assert "http://" not in page and "https://" not in page
-    assert not list(tmp_path.glob("*.partial"))
+    assert page.index("Phase diagram") < page.index("Results") < page.index("Config")
+    assert os.listdir(tmp_path) == ["report.html"]
+
+
+def test_report_write_is_atomic(tmp_path, monkeypatch):
+    path = write_report(tmp_path / "report.html", "first", [Section("a", text="x")])
+
+    def crash(*_):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        write_report(path, "second", [Section("a", text="y")])
+    assert "first" in path.read_text() and os.listdir(tmp_path) == ["report.html"]  # old file whole, no .partial
+
+
+def test_section_needs_exactly_one_body():
+    with pytest.raises(ValueError):
+        Section("empty")
+    with pytest.raises(ValueError):
+        Section("two", text="a", html="<b>b</b>")

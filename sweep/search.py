@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from sweep import samplers, tuner
 from sweep.results import read_result
-from sweep.space import AxisConfig, ResourcesConfig, _axis_values, _parse_constraint, point_id
+from sweep.space import AxisConfig, ResourcesConfig, axis_values, parse_constraint, point_id
 from trainables import config
 from trainables.errors import ConfigError
 
@@ -106,9 +106,9 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
     for i, axis in enumerate(search.slices):
         if config.select(base, axis.key) is config.MISSING:
             raise ConfigError(f"search.slices[{i}].key", f"{axis.key} is not a key of the trial config")
-    value_lists = [_axis_values(axis, f"search.slices[{i}]") for i, axis in enumerate(search.slices)]
+    value_lists = [axis_values(axis, f"search.slices[{i}]") for i, axis in enumerate(search.slices)]
     knob = search.knob.key
-    checks = [_parse_constraint(c, keys + [knob], f"search.constraints[{i}]") for i, c in enumerate(search.constraints)]
+    checks = [parse_constraint(c, keys + [knob], f"search.constraints[{i}]") for i, c in enumerate(search.constraints)]
     base_dict = config.to_dict(base)
     result = []
     for combo in itertools.product(*value_lists):

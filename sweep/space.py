@@ -80,14 +80,14 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
         raise ConfigError("sweep.axes", "name at least one axis (key plus values or range)")
     keys, value_lists = [], []
     for i, axis in enumerate(sweep.axes):
-        values = _axis_values(axis, f"sweep.axes[{i}]")
+        values = axis_values(axis, f"sweep.axes[{i}]")
         if axis.key == "seed":
             raise ConfigError(f"sweep.axes[{i}].key", "seeds are swept by sweep.seeds")
         if config.select(base, axis.key) is config.MISSING:
             raise ConfigError(f"sweep.axes[{i}].key", f"{axis.key} is not a key of the trial config")
         keys.append(axis.key)
         value_lists.append(values)
-    checks = [_parse_constraint(c, keys, f"sweep.constraints[{i}]") for i, c in enumerate(sweep.constraints)]
+    checks = [parse_constraint(c, keys, f"sweep.constraints[{i}]") for i, c in enumerate(sweep.constraints)]
     if not sweep.seeds or len(set(sweep.seeds)) != len(sweep.seeds):
         raise ConfigError("sweep.seeds", "needs at least one seed, each once")
 
@@ -106,7 +106,7 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
     return result
 
 
-def _axis_values(axis: AxisConfig, where: str) -> list[Any]:
+def axis_values(axis: AxisConfig, where: str) -> list[Any]:
     if bool(axis.values) == bool(axis.range):
         raise ConfigError(where, "give exactly one of values or range")
     if axis.values:
@@ -119,17 +119,17 @@ def _axis_values(axis: AxisConfig, where: str) -> list[Any]:
     return list(range(low, high + 1, step))
 
 
-def _parse_constraint(text: str, keys: list[str], where: str):
+def parse_constraint(text: str, keys: list[str], where: str):
     """'A op B' where A and B are sums and differences of swept keys and numbers, e.g. 'low + width <= 17'."""
     match = _CONSTRAINT.match(text)
     if not match:
         raise ConfigError(where, f"cannot read {text!r}; write e.g. 'task.lengths.low < task.lengths.high'")
     left, op, right = match.groups()
-    a, b, compare = _parse_sum(left, keys, where), _parse_sum(right, keys, where), _COMPARE[op]
+    a, b, compare = parse_sum(left, keys, where), parse_sum(right, keys, where), _COMPARE[op]
     return lambda point: compare(a(point), b(point))
 
 
-def _parse_sum(text: str, keys: list[str], where: str):
+def parse_sum(text: str, keys: list[str], where: str):
     terms, position = [], 0
     while position < len(text):
         term = _TERM.match(text, position)

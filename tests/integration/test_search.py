@@ -69,7 +69,6 @@ def test_search_and_grid_agree_on_the_minimal_width(reference, tmp_path):
                   for w, r in rows.groupby(KEY)}
         star = minimal_value(sorted(pooled), pooled, min_rate=1.0)
         assert star == minimal.loc[minimal["task.lengths.low"] == low, "diversity_star"].item()
-        assert len(pooled) > minimal.loc[minimal["task.lengths.low"] == low, "n_trials"].item() - 2  # grid: every width
 
 
 def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_nothing(reference, tmp_path):

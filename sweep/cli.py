@@ -109,7 +109,7 @@ def _grid(args) -> int:
 def _search(args) -> int:
     from omegaconf import OmegaConf
 
-    from sweep import search_outputs, tuner
+    from sweep import best_outputs, search_outputs, tuner
     from sweep import search as searching
     from trainables import config as config_module
 
@@ -132,10 +132,15 @@ def _search(args) -> int:
         searching.run(base, search, all_slices, studies, out, args.extend)
     finally:  # even when interrupted: what finished is in the tables and the report
         trials = search_outputs.trial_rows(studies, all_slices, search, out)
-        minimal = search_outputs.min_diversity_rows(studies, all_slices, search, out)
-        search_outputs.write(out, base, search, trials, minimal, resolved)
-    print(minimal.drop(columns=["study"]).to_string(index=False))
-    print(f"[{out / 'min_diversity.csv'}, {out / 'report.html'}]")
+        if search.minimize:
+            table, name = best_outputs.best_rows(studies, all_slices, search, base, out), "best.csv"
+            best_outputs.write(out, base, search, trials, table, resolved)
+        else:
+            table, name = search_outputs.min_diversity_rows(studies, all_slices, search, out), "min_diversity.csv"
+            search_outputs.write(out, base, search, trials, table, resolved)
+    shapes = [c for c in ("q", "reference q") if c in table.columns]
+    print(table.drop(columns=["study", *shapes]).to_string(index=False))
+    print(f"[{out / name}, {out / 'report.html'}]")
     return 0
 
 

@@ -114,8 +114,10 @@ class ExhaustiveSampler(_OneKnobSampler):
     which only works inside study.optimize, not in an ask/tell loop.)"""
 
     def next(self, study: optuna.Study) -> int | None:
-        evaluated = evidence(study.get_trials(deepcopy=False), self.key)
-        return next((v for v in self.values if v not in evaluated), None)
+        trials = study.get_trials(deepcopy=False)
+        taken = set(evidence(trials, self.key)) | {t.params[self.key] for t in trials if t.state == TrialState.RUNNING
+                                                   and self.key in t.params}  # asked earlier in this round
+        return next((v for v in self.values if v not in taken), None)
 
 
 class ThresholdSampler(_OneKnobSampler):

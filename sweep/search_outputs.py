@@ -1,6 +1,7 @@
 """What a search leaves beside study.journal: trials.csv, min_diversity.csv and report.html."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -13,24 +14,28 @@ from dashboards.report import Section, write_report
 from sweep import plots, samplers
 from sweep.results import read_result, write_csv
 from sweep.search import SearchConfig, Slice
+from sweep.space import point_id
 
 FINISHED = ("completed", "early_stopped", "diverged")
 OUTLINE = [patheffects.withStroke(linewidth=2, foreground="white")]  # legible on any colour of the colormap
 
 
 def trial_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out: Path) -> pd.DataFrame:
-    """One row per Tune trial: study, slice keys, candidate, seed, Optuna state and number, final metrics."""
+    """One row per Tune trial: study, slice keys, candidate, seed, Optuna state and number, whether the candidate
+    succeeded (feasible), final metrics. The candidate is the knob value, or a name of the params without a knob."""
     rows = []
     for sl in all_slices:
         for trial in studies[sl.study_name].get_trials(deepcopy=False):
-            if search.knob.key not in trial.params:
+            if "seed_list" not in trial.user_attrs:  # pruned before training
                 continue
-            candidate = trial.params[search.knob.key]
-            for seed in trial.user_attrs.get("seed_list", []):
-                point = sl.point | {search.knob.key: candidate, "seed": seed}
+            candidate = sl.candidate(trial.params, search.knob.key)
+            feasible = trial.constraints.get("success", math.inf) <= 0 if trial.state.name == "COMPLETE" else None
+            for seed in trial.user_attrs["seed_list"]:
+                point = sl.point | candidate | {"seed": seed}
                 result = read_result(point, out) or {"status": "unfinished"}
-                rows.append({"study": sl.study_name, **point, "candidate": candidate, "state": trial.state.name,
-                             "optuna_trial": trial.number} | result)
+                rows.append({"study": sl.study_name, **point,
+                             "candidate": candidate[search.knob.key] if search.knob.key else point_id(candidate),
+                             "state": trial.state.name, "optuna_trial": trial.number, "feasible": feasible} | result)
     return pd.DataFrame(rows)
 
 

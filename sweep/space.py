@@ -5,7 +5,9 @@ trainable only ever sees a base dict and a point, and a point's id names its dir
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import operator
 import re
 from dataclasses import dataclass, field
@@ -56,6 +58,7 @@ class SweepConfig:
     phase_diagram: PhaseDiagramConfig = field(default_factory=PhaseDiagramConfig)
 
 
+MAX_ID = 120  # characters of a trial directory name
 _COMPARE = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
 _CONSTRAINT = re.compile(r"^(.+?)(<=|>=|==|!=|<|>)(.+)$")
 _TERM = re.compile(r"\s*([+-]?)\s*([A-Za-z_][\w.]*|\d+(?:\.\d+)?)\s*")
@@ -149,7 +152,13 @@ def parse_sum(text: str, keys: list[str], where: str):
 
 def point_id(point: dict[str, Any]) -> str:
     """A readable, filesystem-safe, unique name: 'low=3,high=15,n_triggers=4,seed=0' from the keys' last parts
-    (the full dotted key where last parts would collide)."""
+    (the full dotted key where last parts would collide). Lists read 'weights=1_0.5_0'; a name past 120 characters
+    is cut and ends in a hash of the whole point, so it stays unique and within filesystem limits."""
     short = [key.rsplit(".", 1)[-1] for key in point]
     names = [s if short.count(s) == 1 else key for s, key in zip(short, point)]
-    return ",".join(f"{name}={value}" for name, value in zip(names, point.values())).replace("/", "_")
+    text = lambda v: "_".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+    name = ",".join(f"{n}={text(v)}" for n, v in zip(names, point.values())).replace("/", "_")
+    if len(name) <= MAX_ID:
+        return name
+    digest = hashlib.sha1(json.dumps(point, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{name[:MAX_ID - 13]}-{digest}"

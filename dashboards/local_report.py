@@ -39,9 +39,10 @@ def build(out: str | Path) -> Path:
         sections += _phase_diagram(out, frame)
     elif kind == "search":
         sections += _search_diagrams(out, frame)
-    if (out / "min_diversity.csv").exists():
-        sections.append(Section("Minimal diversity for OOD generalization (min_diversity.csv)",
-                                table=pd.read_csv(out / "min_diversity.csv")))
+    for table_file, heading in (("min_diversity.csv", "Minimal diversity for OOD generalization"),
+                                ("best.csv", "Cheapest distribution that generalizes, beside the reference")):
+        if (out / table_file).exists():
+            sections.append(Section(f"{heading} ({table_file})", table=pd.read_csv(out / table_file)))
     sections += _curves(trials, frame)
     sections += _gallery(trials, frame, kind)
     if not frame.empty:
@@ -148,7 +149,11 @@ def _search_diagrams(out: Path, trials: pd.DataFrame) -> list[Section]:
     from sweep import plots, search_outputs
 
     search = OmegaConf.load(out / "config.yaml").get("search") if (out / "config.yaml").exists() else None
-    if search is None or trials.empty or "status" not in trials.columns or not (out / "min_diversity.csv").exists():
+    if search is None or trials.empty or "status" not in trials.columns:
+        return []
+    if (out / "best.csv").exists():
+        return _shape_diagrams(out, trials, search)
+    if not (out / "min_diversity.csv").exists():
         return []
     minimal = pd.read_csv(out / "min_diversity.csv")
     slice_keys = [axis["key"] for axis in search.get("slices", [])]
@@ -168,6 +173,22 @@ def _search_diagrams(out: Path, trials: pd.DataFrame) -> list[Section]:
         return sections
     except (KeyError, ValueError) as e:  # a results table this code does not know: say so, keep the rest
         return [Section("Search traces", text=f"not drawn: {type(e).__name__}: {e}")]
+
+
+def _shape_diagrams(out: Path, trials: pd.DataFrame, search) -> list[Section]:
+    """A search that minimised a metric (sweep/best_outputs.py): cost against R, its progress, the best shapes."""
+    from sweep import best_outputs
+    from sweep.search import SearchConfig
+
+    best = pd.read_csv(out / "best.csv")
+    for column in ("q", "reference q"):
+        if column in best.columns:
+            best[column] = best[column].map(best_outputs.parse_shape)
+    try:
+        section = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SearchConfig), search))
+        return best_outputs.figure_sections(trials, best, section)
+    except (KeyError, ValueError) as e:  # a table or config this code does not know: say so, keep the rest
+        return [Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}")]
 
 
 def _curves(trials: list[Path], frame: pd.DataFrame) -> list[Section]:

@@ -60,6 +60,13 @@ def format_shape(q) -> str:
     return " ".join(f"{l}:{p:.3f}" for l, p in q.items()) if isinstance(q, dict) else ""
 
 
+def parse_shape(text) -> dict[int, float] | None:
+    """format_shape's text back to {l: q_l} (None for an empty cell)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return {int(l): float(q) for l, q in (pair.split(":") for pair in text.split())}
+
+
 def write(out: Path, base, search: SearchConfig, trials: pd.DataFrame, best: pd.DataFrame, resolved: str) -> None:
     shapes = [c for c in ("q", "reference q") if c in best.columns]
     table = best.assign(**{c: best[c].map(format_shape) for c in shapes})
@@ -67,7 +74,19 @@ def write(out: Path, base, search: SearchConfig, trials: pd.DataFrame, best: pd.
     write_csv(table, out / "best.csv")
     sections = [Section(f"Lowest {search.minimize} that generalizes, per slice (reference: "
                         f"{', '.join(f'{k}={v}' for k, v in search.reference.items()) or 'none'})", table=table)]
-    if len(trials) and trials["feasible"].notna().any():
+    sections += figure_sections(trials, best, search)
+    sections.append(Section("Trials (one row per seed; all metrics in trials.csv)",
+                            table=trials[[c for c in ["study", "candidate", "seed", "state", "feasible",
+                                                       search.success.metric, search.minimize, RATIO]
+                                          if c in trials.columns]]))
+    sections.append(Section("Config", text=resolved))
+    write_report(out / "report.html", f"headsweep search: {base.name}", sections)
+
+
+def figure_sections(trials: pd.DataFrame, best: pd.DataFrame, search: SearchConfig) -> list[Section]:
+    """The report's figures (also drawn by `headsweep report` from trials.csv and best.csv)."""
+    sections = []
+    if len(trials) and "feasible" in trials.columns and trials["feasible"].notna().any():
         sections += [
             Section(f"Every candidate: {search.minimize} against the max-sum ratio R (filled: generalizes; star: best; "
                     "diamond: reference)", image_png=plots.figure_to_png(cost_figure(trials, best, search)),
@@ -75,15 +94,10 @@ def write(out: Path, base, search: SearchConfig, trials: pd.DataFrame, best: pd.
             Section("Search progress: best feasible value after each evaluation (dashed: reference)",
                     image_png=plots.figure_to_png(progress_figure(trials, best, search)), alt="search progress"),
         ]
-    if "q" in best.columns and best["q"].map(bool, na_action="ignore").any():
+    if "q" in best.columns and best["q"].map(lambda q: isinstance(q, dict)).any():
         sections.append(Section("Best length distribution q_l found (bars) against the reference (line)",
                                 image_png=plots.figure_to_png(shape_figure(best, search)), alt="best distributions"))
-    sections.append(Section("Trials (one row per seed; all metrics in trials.csv)",
-                            table=trials[[c for c in ["study", "candidate", "seed", "state", "feasible",
-                                                       search.success.metric, search.minimize, RATIO]
-                                          if c in trials.columns]]))
-    sections.append(Section("Config", text=resolved))
-    write_report(out / "report.html", f"headsweep search: {base.name}", sections)
+    return sections
 
 
 def _panels(n: int) -> tuple[Figure, list]:

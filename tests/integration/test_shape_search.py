@@ -1,7 +1,6 @@
 """The distribution-shape search (TPE over params, minimising data/cost, Proposition 8 as reference) on a real local
 Ray and a real Optuna journal, through the CLI."""
-import sys
-from pathlib import Path
+import shutil
 
 import pandas as pd
 import pytest
@@ -62,3 +61,15 @@ def test_a_rerun_trains_nothing_and_reports_the_same_best(shape_search):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert result_files(out) == before
     assert (out / "best.csv").read_text() == best_before
+
+
+def test_the_report_verb_redraws_the_shape_figures_from_the_files(shape_search, tmp_path):
+    out, _ = shape_search
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("report.html"))
+    proc = headsweep("report", copy)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (copy / "report.html").read_text()
+    for alt in ("cost against max-sum ratio", "search progress", "best distributions"):
+        assert f'alt="{alt}"' in html
+    assert "best.csv" in html

@@ -30,7 +30,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/grid.py
-	$(BIN)/python bench/search.py
+	$(BIN)/python bench/search.py configs/quickstart.yaml configs/paper_theory_search.yaml
 
 clean:
 	rm -rf $(VENV) runs

@@ -1,7 +1,7 @@
-"""Trials-to-answer of the threshold sampler against the exhaustive grid sampler on the same slices, one after the
-other in one run, with the answers compared.
+"""Trials-to-answer of the threshold sampler (guided across slices as the config says, and unguided) against the
+exhaustive grid sampler on the same slices, one after the other in one run, with the answers compared.
 
-    .venv/bin/python bench/search.py [CONFIG]      (default configs/quickstart.yaml: ~6 min on 2 CPU cores)
+    .venv/bin/python bench/search.py [CONFIG ...]   (default configs/quickstart.yaml; ~12 min on 2 CPU cores)
 """
 from __future__ import annotations
 
@@ -15,31 +15,42 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
+VARIANTS = {"threshold": [], "unguided": ["search.guide.metric="], "grid": ["search.sampler=grid",
+                                                                           "search.guide.metric="]}
 
 
-def search(config: Path, sampler: str, out: Path) -> tuple[pd.DataFrame, float]:
+def search(config: Path, overrides: list[str], out: Path) -> tuple[pd.DataFrame, int, float]:
+    """min_diversity.csv, the number of seeds trained, and the wall time of one search."""
     start = time.perf_counter()
-    subprocess.run([HEADSWEEP, "search", str(config), f"search.sampler={sampler}", "--out", str(out)], check=True,
-                   capture_output=True)
-    return pd.read_csv(out / "min_diversity.csv"), time.perf_counter() - start
+    subprocess.run([HEADSWEEP, "search", str(config), *overrides, "--out", str(out)], check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    return pd.read_csv(out / "min_diversity.csv"), len(pd.read_csv(out / "trials.csv")), seconds
+
+
+def compare(config: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {name: search(config, overrides, Path(tmp) / name) for name, overrides in VARIANTS.items()}
+    tables = {name: table for name, (table, *_) in runs.items()}
+    keys = [c for c in tables["grid"].columns if "." in c and c != "data/max_sum_ratio"]
+    both = tables["grid"][keys + ["diversity_star", "n_trials"]].rename(
+        columns={"diversity_star": "star grid", "n_trials": "trials grid"})
+    for name in ("threshold", "unguided"):
+        both = both.merge(tables[name][keys + ["diversity_star", "n_trials"]].rename(
+            columns={"diversity_star": f"star {name}", "n_trials": f"trials {name}"}), on=keys)
+    print(f"\n{config.name}: {len(both)} slices")
+    print(both.to_string(index=False))
+    grid_trials, grid_seeds, grid_seconds = both["trials grid"].sum(), runs["grid"][1], runs["grid"][2]
+    for name in ("threshold", "unguided"):
+        agree = (both[f"star {name}"].fillna(-1) == both["star grid"].fillna(-1)).sum()
+        trials, seeds, seconds = both[f"trials {name}"].sum(), runs[name][1], runs[name][2]
+        print(f"{name:>9}: diversity* agrees with the grid on {agree}/{len(both)} slices; candidate evaluations "
+              f"{trials} vs {grid_trials} ({trials / grid_trials:.0%}); seeds trained {seeds} vs {grid_seeds} "
+              f"({seeds / grid_seeds:.0%}); wall {seconds:.0f} s vs {grid_seconds:.0f} s")
 
 
 def main() -> None:
-    config = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "configs" / "quickstart.yaml"
-    with tempfile.TemporaryDirectory() as tmp:
-        threshold, threshold_seconds = search(config, "threshold", Path(tmp) / "threshold")
-        grid, grid_seconds = search(config, "grid", Path(tmp) / "grid")
-    keys = [c for c in threshold.columns if "." in c and c != "data/max_sum_ratio"]
-    both = threshold.merge(grid, on=keys, suffixes=("_threshold", "_grid"))
-    agree = (both["diversity_star_threshold"].fillna(-1) == both["diversity_star_grid"].fillna(-1))
-    print(f"{config.name}: {len(both)} slices")
-    print(both[keys + ["diversity_star_threshold", "diversity_star_grid", "n_trials_threshold", "n_trials_grid"]]
-          .to_string(index=False))
-    ratio = both["n_trials_threshold"].sum() / both["n_trials_grid"].sum()
-    print(f"diversity* agrees on {agree.sum()}/{len(both)} slices")
-    print(f"Optuna trials (candidate evaluations): threshold {both['n_trials_threshold'].sum()}, grid "
-          f"{both['n_trials_grid'].sum()}: ratio {ratio:.0%} (goal: at most 40%)")
-    print(f"wall time: threshold {threshold_seconds:.0f} s, grid {grid_seconds:.0f} s")
+    for config in [Path(c) for c in sys.argv[1:]] or [ROOT / "configs" / "quickstart.yaml"]:
+        compare(config)
 
 
 if __name__ == "__main__":

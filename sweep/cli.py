@@ -109,7 +109,7 @@ def _grid(args) -> int:
 def _search(args) -> int:
     from omegaconf import OmegaConf
 
-    from sweep import best_outputs, search_outputs, tuner
+    from sweep import best_outputs, search_loop, search_outputs, tuner
     from sweep import search as searching
     from trainables import config as config_module
 
@@ -129,7 +129,7 @@ def _search(args) -> int:
     storage = storage or searching.storage_for(None, out.resolve())
     studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
     try:
-        searching.run(base, search, all_slices, studies, out, args.extend)
+        search_loop.run(base, search, all_slices, studies, out, args.extend)
     finally:  # even when interrupted: what finished is in the tables and the report
         trials = search_outputs.trial_rows(studies, all_slices, search, out)
         if search.minimize:

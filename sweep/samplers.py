@@ -3,8 +3,8 @@
 Success is (nearly) monotone in diversity: if a width K generalizes, so does every larger K. The threshold sampler
 bisects the ordered knob values under that assumption, pooling the seeds of every evaluation of a value (m of n
 seeds must succeed, pooled as a rate), and re-checks the boundary with fresh seeds before it stops.
-Its next value is a pure function of the study's completed trials, so a resumed study asks exactly what an
-uninterrupted one would have asked.
+Its next value is a pure function of the study's completed trials (and, with search.guide, of the verdicts other
+slices' earlier rounds imply), so a resumed study asks exactly what an uninterrupted one would have asked.
 """
 from __future__ import annotations
 
@@ -56,11 +56,14 @@ def boundary(values: list[int], verdicts: dict[int, bool]) -> tuple[int, int] | 
     return lo, hi
 
 
-def next_value(values: list[int], pooled: dict[int, Evidence], min_rate: float, rechecks: int = 1) -> int | None:
+def next_value(values: list[int], pooled: dict[int, Evidence], min_rate: float, rechecks: int = 1,
+               predicted: dict[int, bool] | None = None) -> int | None:
     """The value the threshold search evaluates next, or None when it is done.
 
     Bisection between the largest failure below the smallest consistent success (lo) and that success (hi); before
     any success, hi is a virtual success just past the top, so the top is evaluated only if everything below fails.
+    `predicted` (verdicts other slices' evidence implies, see search.guide) narrows where inside (lo, hi) to probe,
+    never what counts: the answer rests on this slice's own evaluations only.
     At convergence the success side is re-checked with fresh seeds (a lucky success would understate the diversity
     needed), the failure side only when its seeds disagreed.
     """
@@ -71,7 +74,7 @@ def next_value(values: list[int], pooled: dict[int, Evidence], min_rate: float, 
         span = (lo, len(values))
     lo, hi = span
     if hi - lo > 1:
-        return values[(lo + hi) // 2]
+        return values[_probe(values, lo, hi, predicted or {})]
     if hi < len(values) and pooled[values[hi]].evaluations <= rechecks:
         return values[hi]
     if lo >= 0:
@@ -79,6 +82,19 @@ def next_value(values: list[int], pooled: dict[int, Evidence], min_rate: float, 
         if 0 < e.successes < e.seeds and e.evaluations <= rechecks:
             return values[lo]
     return None
+
+
+def _probe(values: list[int], lo: int, hi: int, predicted: dict[int, bool]) -> int:
+    """An index strictly inside (lo, hi): the middle of the interval the predictions leave open, or, when they pin
+    the boundary, its predicted success side first (then its failure side)."""
+    inner = range(lo + 1, hi)
+    p_lo = max((i for i in inner if predicted.get(values[i]) is False), default=lo)
+    p_hi = min((i for i in inner if predicted.get(values[i]) is True), default=hi)
+    if p_hi <= p_lo:  # predictions that contradict each other: plain bisection
+        p_lo, p_hi = lo, hi
+    if p_hi - p_lo > 1:
+        return (p_lo + p_hi) // 2
+    return p_hi if p_hi < hi else p_lo
 
 
 def minimal_value(values: list[int], pooled: dict[int, Evidence], min_rate: float) -> int | None:
@@ -121,7 +137,11 @@ class ExhaustiveSampler(_OneKnobSampler):
 
 
 class ThresholdSampler(_OneKnobSampler):
-    """Bisection over one ordered integer knob (see module docstring)."""
+    """Bisection over one ordered integer knob (see module docstring). `predicted` is set by the search loop before
+    each round when a guide transfers other slices' verdicts (search.guide)."""
+
+    predicted: dict[int, bool] | None = None
 
     def next(self, study: optuna.Study) -> int | None:
-        return next_value(self.values, evidence(study.get_trials(deepcopy=False), self.key), self.min_rate)
+        pooled = evidence(study.get_trials(deepcopy=False), self.key)
+        return next_value(self.values, pooled, self.min_rate, predicted=self.predicted)

@@ -1,16 +1,12 @@
 """`headsweep search`: Optuna decides which training distributions to try, Ray Tune trains them.
 
 One Optuna study per slice (a value of the other axes, e.g. l_min), stored in a journal file in the output directory
-(or any Optuna storage URL). Rounds: each unfinished study asks for one candidate; every (slice, candidate, seed)
-runs as one Tune trial of the grid's trainable; results are told back. Killing the driver at any point loses nothing:
-finished Tune trials keep their result.json and are never re-run, Optuna trials left RUNNING are marked FAIL and
-their candidates asked again.
+(or any Optuna storage URL). This module holds the search section, its validation, the slices and their studies;
+sweep/search_loop.py runs the rounds of ask -> train -> tell.
 """
 from __future__ import annotations
 
 import itertools
-import math
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +16,8 @@ import optuna
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
-from sweep import samplers, tuner
-from sweep.results import read_result
+from sweep import guide, samplers
+from sweep.guide import GuideConfig
 from sweep.space import AxisConfig, ResourcesConfig, axis_values, parse_constraint, point_id
 from trainables import config
 from trainables.errors import ConfigError
@@ -91,6 +87,7 @@ class SearchConfig:
     reference: dict[str, Any] = field(default_factory=dict)  # config keys evaluated once per slice beside the search,
     # e.g. {task.lengths.family: optimal} (Proposition 8), with the success seeds; reported next to the best found
     per_round: int = 1  # candidates a study asks per round (tpe and grid; bisection asks one at a time)
+    guide: GuideConfig = field(default_factory=GuideConfig)  # threshold: carry verdicts between slices (sweep/guide.py)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     max_concurrent: int = 0
@@ -103,6 +100,7 @@ class Slice:
     values: list[int]  # the knob values valid for this slice, increasing ([] without a knob)
     study_name: str
     params: list[ParamConfig] = field(default_factory=list)  # the params that apply to this slice
+    measures: dict[int, float] = field(default_factory=dict)  # knob value -> search.guide.metric of its config
 
     def distributions(self, knob: str) -> dict[str, optuna.distributions.BaseDistribution]:
         """What a trial of this slice's study asks Optuna for."""
@@ -166,6 +164,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
             (f"{where}.when", set(param.when) <= set(slice_keys), f"may only name slice keys ({', '.join(slice_keys)})"),
         ]
     checks += [(f"search.reference.{key}", is_key(key), "is not a key of the trial config") for key in search.reference]
+    guide.check(search.guide, slice_keys)
     for key, ok, reason in checks:
         if not ok:
             raise ConfigError(key, reason)
@@ -189,12 +188,15 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
         values = [v for v in range(search.knob.low, search.knob.high + 1) if holds(checks, point | {knob: v})]
         if knob and not values:
             raise ConfigError("search.constraints", f"slice {point_id(point) or 'all'} leaves no knob value")
+        measures = {}
         if not params:  # with params, a trial's config is known only once they are drawn: checked then
             for v in values:
-                _check_point(base_dict, point | {knob: v})
+                cfg = _check_point(base_dict, point | {knob: v})
+                if guide.active(search):
+                    measures[v] = guide.measure(cfg, search.guide.metric)
         if search.reference:
             _check_point(base_dict, point | search.reference)
-        result.append(Slice(point, values if knob else [], name, params))
+        result.append(Slice(point, values if knob else [], name, params, measures))
     return result
 
 
@@ -214,9 +216,9 @@ def holds(checks: list, point: dict) -> bool:
     return True
 
 
-def _check_point(base_dict: dict, point: dict) -> None:
+def _check_point(base_dict: dict, point: dict) -> config.Config:
     try:
-        config.with_point(base_dict, point, check_device=False)
+        return config.with_point(base_dict, point, check_device=False)
     except ConfigError as e:
         raise ConfigError(e.key, f"{e.reason} (at {point_id(point)})") from None
 
@@ -236,7 +238,8 @@ def open_study(sl: Slice, search: SearchConfig, storage) -> optuna.Study:
     study = optuna.create_study(study_name=sl.study_name, storage=storage, direction="minimize",
                                 sampler=make_sampler(sl, search), load_if_exists=True)
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # noqa: SLF001 (no public API for this)
+        storage.set_trial_user_attr(trial._trial_id, "zombie", True)  # noqa: SLF001 (no public API for this)
+        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # noqa: SLF001
     return study
 
 
@@ -253,122 +256,3 @@ def make_sampler(sl: Slice, search: SearchConfig) -> optuna.samplers.BaseSampler
         return optuna.samplers.TPESampler(seed=search.sampler_seed, multivariate=bool(sl.params),
                                           constant_liar=search.per_round > 1,
                                           n_startup_trials=TPE_STARTUP if sl.params else min(5, len(sl.values)))
-
-
-def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
-    trials = study.get_trials(deepcopy=False)
-    asked = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
-    if asked >= budget or len(trials) >= 3 * budget:  # the second bound stops a candidate that always errors
-        return False
-    if isinstance(study.sampler, samplers.ThresholdSampler | samplers.ExhaustiveSampler):
-        return study.sampler.next(study) is not None
-    return True
-
-
-def seeds_for(study: optuna.Study, search: SearchConfig, params: dict) -> list[int]:
-    """Fresh seeds for each re-evaluation of a candidate: block k of the seed list, shifted past every earlier block,
-    k = its completed evaluations plus those asked already this round."""
-    k = sum(t.params == params and t.state in (TrialState.COMPLETE, TrialState.RUNNING)
-            for t in study.get_trials(deepcopy=False)) - 1  # minus the trial being asked
-    stride = max(search.success.seeds) + 1
-    return [seed + k * stride for seed in search.success.seeds]
-
-
-def reference_points(all_slices: list[Slice], search: SearchConfig) -> list[dict]:
-    """search.reference applied to each slice, with the success seeds; slices that agree on it share its trials."""
-    if not search.reference:
-        return []
-    points = [sl.point | search.reference | {"seed": s} for sl in all_slices for s in search.success.seeds]
-    return list({point_id(p): p for p in points}.values())
-
-
-def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], studies: dict[str, optuna.Study],
-        out: Path, extend: int) -> None:
-    """Rounds of ask -> train on Ray Tune -> tell until every study is done or out of budget.
-
-    extend adds that many completed trials to each slice's budget (and to the total), beyond what is done already;
-    a converged threshold or grid study has nothing left to ask, so extending it changes nothing. The reference
-    points (if any) train in the first round.
-    """
-    budgets = {}
-    for sl in all_slices:
-        completed = sum(t.state == TrialState.COMPLETE for t in studies[sl.study_name].get_trials(deepcopy=False))
-        budgets[sl.study_name] = max(search.budget.per_slice, completed + extend if extend else 0)
-    checks, base_dict = constraint_checks(search), config.to_dict(base)
-    pending_references = [p for p in reference_points(all_slices, search) if read_result(p, out) is None]
-    round_index = 0
-    while True:
-        total_done = sum(t.state == TrialState.COMPLETE for s in studies.values() for t in s.get_trials(deepcopy=False))
-        batch = []
-        for sl in all_slices:
-            study = studies[sl.study_name]
-            for _ in range(search.per_round):
-                if search.budget.total and total_done + len(batch) >= search.budget.total + extend * len(all_slices):
-                    break
-                if not wants_more(study, search, budgets[sl.study_name]):
-                    break
-                batch += ask(study, sl, search, checks, base_dict)
-        references = pending_references if round_index == 0 else []
-        if not batch and not references:
-            return
-        round_index += 1
-        points = [p for *_, pts in batch for p in pts] + references
-        tuner.run(base, search, points, out, experiment=f"search-{time.strftime('%Y%m%d-%H%M%S')}-r{round_index}",
-                  restore=False, job_type="search")
-        for study, trial, pts in batch:
-            tell(study, trial, pts, search, out)
-
-
-def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base_dict: dict) -> list[tuple]:
-    """One candidate as [(study, trial, its points, one per seed)], or [] if Optuna proposed an invalid one (told
-    PRUNED with the reason: a value a constraint excludes, or a config that cannot exist such as all-zero weights)."""
-    trial = study.ask(sl.distributions(search.knob.key))
-    point = sl.point | sl.candidate(trial.params, search.knob.key)
-    reason = None
-    if search.knob.key and point[search.knob.key] not in sl.values:  # tpe draws from the whole interval
-        reason = f"{search.knob.key}={point[search.knob.key]} breaks a constraint"
-    elif not holds(checks, sl.point | trial.params):
-        reason = "breaks a constraint"
-    else:
-        try:
-            config.with_point(base_dict, point, check_device=False)
-        except ConfigError as e:
-            reason = str(e)
-    if reason:
-        trial.set_user_attr("pruned_because", reason)
-        study.tell(trial, state=TrialState.PRUNED)
-        return []
-    seeds = seeds_for(study, search, trial.params)
-    trial.set_user_attr("seed_list", seeds)  # before training: a failed evaluation still lists its trials
-    return [(study, trial, [point | {"seed": s} for s in seeds])]
-
-
-def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> None:
-    """Read each seed's result.json and report the candidate: COMPLETE with its evidence, or FAIL if a seed errored.
-
-    Success is a constraint Optuna's TPE understands: the shortfall of the min_seeds-th best seed below the threshold
-    (<= 0: at least min_seeds seeds succeed), graded so that near misses rank above clear failures."""
-    results = [read_result(point, out) for point in points]
-    if any(r is None for r in results):
-        study.tell(trial, state=TrialState.FAIL)
-        return
-    success = search.success
-    metrics = [_metric(r, success.metric) for r in results]
-    trial.set_user_attr("successes", sum(m >= success.threshold for m in metrics))
-    trial.set_user_attr("seeds", len(results))
-    shortfall = success.threshold - sorted(metrics, reverse=True)[success.min_seeds - 1]
-    trial.set_constraint("success", min(shortfall, 1e6))  # finite: a NaN metric is a large shortfall
-    if not search.minimize:
-        study.tell(trial, float(trial.params[search.knob.key]))
-        return
-    objective = [_metric(r, search.minimize) for r in results]
-    if not all(math.isfinite(v) for v in objective):
-        trial.set_user_attr("failed_because", f"{search.minimize} is missing or not finite in a result")
-        study.tell(trial, state=TrialState.FAIL)
-        return
-    study.tell(trial, sum(objective) / len(objective))
-
-
-def _metric(result: dict, name: str) -> float:
-    value = result.get(name)
-    return value if isinstance(value, (int, float)) and not math.isnan(value) else -math.inf

@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from sweep import search as searching
-from sweep import tuner
+from sweep import search_loop, tuner
 from sweep.space import point_id
 from tests.conftest import CONFIGS
 
@@ -44,7 +44,7 @@ def completed(study) -> list[optuna.trial.FrozenTrial]:
 
 def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake_tune):
     base, search, all_slices, studies, _ = setup(tmp_path)
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     for sl in all_slices:
         pooled = searching.samplers.evidence(studies[sl.study_name].get_trials(), "task.lengths.width")
         assert searching.samplers.minimal_value(sl.values, pooled, 1.0) == THRESHOLD
@@ -53,10 +53,10 @@ def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake
 
 def test_tpe_respects_the_budget_and_extend_adds_to_it(tmp_path, fake_tune):
     base, search, all_slices, studies, storage = setup(tmp_path, "search.sampler=tpe", "search.budget.per_slice=4")
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     assert [len(completed(s)) for s in studies.values()] == [4, 4]
     studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}  # as a re-run would
-    searching.run(base, search, all_slices, studies, tmp_path, extend=3)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=3)
     assert [len(completed(s)) for s in studies.values()] == [7, 7]
     # success is a constraint (<= 0: feasible), so TPE's best trial is the smallest width that generalizes
     for trial in completed(studies["debug_search.low=2"]):
@@ -65,7 +65,7 @@ def test_tpe_respects_the_budget_and_extend_adds_to_it(tmp_path, fake_tune):
 
 def test_the_total_budget_caps_all_slices(tmp_path, fake_tune):
     base, search, all_slices, studies, _ = setup(tmp_path, "search.sampler=grid", "search.budget.total=5")
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     assert sum(len(completed(s)) for s in studies.values()) == 5
 
 
@@ -77,14 +77,14 @@ def test_zombies_are_failed_and_their_candidate_asked_again_with_the_same_seeds(
     studies = {s.study_name: searching.open_study(s, search, storage) for s in all_slices}
     states = [t.state for t in studies[sl.study_name].get_trials()]
     assert states == [optuna.trial.TrialState.FAIL]
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     first = completed(studies[sl.study_name])[0]
     assert first.params == zombie.params and first.user_attrs["seed_list"] == [0]
 
 
 def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_tune):
     base, search, all_slices, studies, _ = setup(tmp_path, "search.success.seeds=[0,1]")
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     by_value = {}
     for trial in completed(studies[all_slices[0].study_name]):
         by_value.setdefault(trial.params["task.lengths.width"], []).append(trial.user_attrs["seed_list"])

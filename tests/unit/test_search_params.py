@@ -6,7 +6,7 @@ import optuna
 import pytest
 import yaml
 
-from sweep import best_outputs, tuner
+from sweep import best_outputs, search_loop, tuner
 from sweep import search as searching
 from sweep.space import point_id
 from tests.conftest import CONFIGS
@@ -99,7 +99,7 @@ def test_point_ids_of_lists_read_well_and_long_ones_stay_unique_and_short():
 
 def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_once(tmp_path, fake_tune):
     base, search, all_slices, studies, storage = setup(tmp_path)
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     references = [p for points in fake_tune for p in points if p["task.lengths.family"] == "optimal"]
     assert references == [{"task.lengths.family": "optimal", "seed": 0}]  # both slices share Proposition 8's point
     assert len(fake_tune) == 2  # budget 6 at 3 candidates a round
@@ -121,7 +121,7 @@ def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_on
 
     # a re-run with the budget spent asks nothing and trains nothing
     studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     assert len(fake_tune) == 2
 
 
@@ -130,7 +130,7 @@ def test_invalid_proposals_are_pruned_with_their_reason(tmp_path, fake_tune):
     base, search, all_slices, studies, _ = setup(tmp_path)
     weights_study = studies[all_slices[1].study_name]
     weights_study.enqueue_trial({f"task.lengths.weights[{i}]": 0.0 for i in range(6)})
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     pruned = [t for t in weights_study.get_trials() if t.state == optuna.trial.TrialState.PRUNED]
     assert pruned and "positive weight" in pruned[0].user_attrs["pruned_because"]
     trained = [p for points in fake_tune for p in points if p["task.lengths.family"] == "weights"]
@@ -143,7 +143,7 @@ def test_a_repeated_candidate_in_one_round_gets_fresh_seeds(tmp_path, fake_tune)
     same = {"task.lengths.low": 1, "task.lengths.high": 6, "task.lengths.exponent": 1.0}
     power.enqueue_trial(same)
     power.enqueue_trial(same)
-    searching.run(base, search, all_slices, studies, tmp_path, extend=0)
+    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     seeds = [t.user_attrs["seed_list"] for t in power.get_trials() if t.params == same]
     assert seeds == [[0], [1]]
 
@@ -153,13 +153,14 @@ def test_success_constraint_is_the_graded_shortfall_of_the_mth_best_seed(tmp_pat
                                                                          "search.success.seeds=[0,1,2]",
                                                                          "search.success.min_seeds=2"])
     study = optuna.create_study()
-    for accs, shortfall in (([0.95, 0.5, 0.91], -0.01), ([0.95, 0.5, 0.7], 0.2), ([float("nan")] * 3, 1e6)):
+    cases = (([0.95, 0.5, 0.91], -0.01), ([0.95, 0.5, 0.7], 0.2), ([float("nan")] * 3, 1e6))
+    for case, (accs, shortfall) in enumerate(cases):
         trial = study.ask({"task.lengths.width": optuna.distributions.IntDistribution(1, 7)})
         points = []
         for seed, acc in enumerate(accs):
-            point = {"task.lengths.width": trial.params["task.lengths.width"], "seed": seed, "n": len(points), "a": acc}
+            point = {"task.lengths.width": trial.params["task.lengths.width"], "seed": seed, "case": case}
             (tmp_path / "trials" / point_id(point)).mkdir(parents=True)
             (tmp_path / "trials" / point_id(point) / "result.json").write_text(json.dumps({"ood/acc": acc}))
             points.append(point)
-        searching.tell(study, trial, points, search, tmp_path)
+        search_loop.tell(study, trial, points, search, tmp_path)
         assert study.trials[-1].constraints["success"] == pytest.approx(shortfall)

@@ -1,0 +1,85 @@
+"""Verdicts carried between slices of a threshold search through a diversity measure of the config (search.guide).
+
+Theorem 5 (SPEC §1) says the one-step model's OOD success is decided by the max-sum ratio R, up to constants that
+depend on N_trg but not on l_min. So a width that generalized at l_min = 5 with R = 0.3 predicts that, at l_min = 7,
+every width with R <= 0.3 generalizes too, and a failure at R = 0.35 predicts failures at R >= 0.35. The threshold
+sampler uses such predictions only to choose where to probe: each slice's answer still rests on its own evaluations,
+so a wrong prediction costs evaluations, never correctness.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sweep import samplers
+from trainables.errors import ConfigError
+from trainables.tasks.lengths import diversity_metrics, distribution
+
+METRICS = tuple(diversity_metrics({1: 1.0}))  # the data/* measures a config determines before any training
+
+
+@dataclass
+class GuideConfig:
+    """Which config-determined measure carries verdicts, and across which slice keys (the threshold sampler's)."""
+
+    metric: str | None = None  # e.g. data/max_sum_ratio; none (search.guide.metric=) = every slice on its own
+    across: list[str] = field(default_factory=list)  # e.g. [task.lengths.low]; slices differing elsewhere never share
+
+
+def measure(cfg, metric: str) -> float:
+    """The guide metric of a trial config, from its length distribution alone."""
+    try:
+        q = distribution(cfg.task.lengths, cfg.task.n_triggers)
+    except AttributeError:
+        raise ConfigError("search.guide.metric", f"{metric} needs a task with lengths and n_triggers, "
+                                                 f"not {cfg.task.name}") from None
+    return diversity_metrics(q)[metric]
+
+
+def group(point: dict, guide: GuideConfig) -> tuple:
+    """Slices in one group share their verdicts: equal on every slice key not in guide.across."""
+    return tuple((k, v) for k, v in point.items() if k not in guide.across)
+
+
+def predictions(values: list[int], measures: dict[int, float], others: list[tuple[dict, dict]],
+                min_rate: float) -> dict[int, bool]:
+    """Predicted verdicts for this slice's knob values from other slices' pooled evidence.
+
+    others: (pooled evidence by knob value, measure by knob value) of each other slice in the group. Measures are
+    oriented so that they grow with this slice's knob (more diverse): a success elsewhere at d predicts success here
+    for d' >= d, a failure at d predicts failure for d' <= d.
+    """
+    sign = 1.0 if measures[values[-1]] >= measures[values[0]] else -1.0
+    succeeded, failed = [], []
+    for pooled, other_measures in others:
+        for value, evidence in pooled.items():
+            (succeeded if evidence.succeeds(min_rate) else failed).append(sign * other_measures[value])
+    result = {}
+    for value in values:
+        d = sign * measures[value]
+        if succeeded and d >= min(succeeded):
+            result[value] = True
+        if failed and d <= max(failed):
+            result[value] = False if value not in result else None  # contradicting evidence: no prediction
+    return {v: p for v, p in result.items() if p is not None}
+
+
+def active(search) -> bool:
+    """Only bisection is steered; tpe and grid ignore the guide (so `search.sampler=grid` runs a guided config's
+    exhaustive reference as it is)."""
+    return bool(search.guide.metric) and search.sampler == "threshold"
+
+
+def check(guide: GuideConfig, slice_keys: list[str]) -> None:
+    if not guide.metric:
+        return
+    if guide.metric not in METRICS:
+        raise ConfigError("search.guide.metric", f"must be one of {', '.join(METRICS)} (known before training)")
+    if not guide.across or not set(guide.across) <= set(slice_keys):
+        raise ConfigError("search.guide.across", f"must name one or more slice keys ({', '.join(slice_keys)})")
+
+
+def evidence_before(study, key: str, round_index: int) -> dict[int, samplers.Evidence]:
+    """A study's pooled evidence from trials asked in rounds before `round_index` (what it had when that round
+    began in an uninterrupted run)."""
+    trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("round", 0) < round_index]
+    return samplers.evidence(trials, key)

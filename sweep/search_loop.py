@@ -1,0 +1,180 @@
+"""The search's rounds: every unfinished study asks its candidates, Ray Tune trains each (slice, candidate, seed)
+as one trial of the grid's trainable, and the results are told back to Optuna (sweep/search.py opens the studies).
+
+A driver killed at any point loses nothing: finished Tune trials keep their result.json and are never re-run;
+Optuna trials left RUNNING were marked FAIL by open_study and their round is re-run first.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from sweep import guide, samplers, tuner
+from sweep.results import read_result
+from sweep.search import SearchConfig, Slice, constraint_checks, holds
+from sweep.space import point_id
+from trainables import config
+from trainables.errors import ConfigError
+
+
+def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
+    trials = study.get_trials(deepcopy=False)
+    asked = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
+    if asked >= budget or len(trials) >= 3 * budget:  # the second bound stops a candidate that always errors
+        return False
+    if isinstance(study.sampler, samplers.ThresholdSampler | samplers.ExhaustiveSampler):
+        return study.sampler.next(study) is not None
+    return True
+
+
+def seeds_for(study: optuna.Study, search: SearchConfig, params: dict) -> list[int]:
+    """Fresh seeds for each re-evaluation of a candidate: block k of the seed list, shifted past every earlier block,
+    k = its completed evaluations plus those asked already this round."""
+    k = sum(t.params == params and t.state in (TrialState.COMPLETE, TrialState.RUNNING)
+            for t in study.get_trials(deepcopy=False)) - 1  # minus the trial being asked
+    stride = max(search.success.seeds) + 1
+    return [seed + k * stride for seed in search.success.seeds]
+
+
+def reference_points(all_slices: list[Slice], search: SearchConfig) -> list[dict]:
+    """search.reference applied to each slice, with the success seeds; slices that agree on it share its trials."""
+    if not search.reference:
+        return []
+    points = [sl.point | search.reference | {"seed": s} for sl in all_slices for s in search.success.seeds]
+    return list({point_id(p): p for p in points}.values())
+
+
+def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], studies: dict[str, optuna.Study],
+        out: Path, extend: int) -> None:
+    """Rounds of ask -> train on Ray Tune -> tell until every study is done or out of budget.
+
+    extend adds that many completed trials to each slice's budget (and to the total), beyond what is done already;
+    a converged threshold or grid study has nothing left to ask, so extending it changes nothing. The reference
+    points (if any) train in the first round. Trials carry their round number; a driver killed mid-round left
+    that round's trials as zombies, and the round is re-run first, by those studies alone, so that every later
+    round sees what it would have seen uninterrupted (it matters when a guide carries verdicts between slices).
+    """
+    budgets = {}
+    for sl in all_slices:
+        completed = sum(t.state == TrialState.COMPLETE for t in studies[sl.study_name].get_trials(deepcopy=False))
+        budgets[sl.study_name] = max(search.budget.per_slice, completed + extend if extend else 0)
+    checks, base_dict = constraint_checks(search), config.to_dict(base)
+    pending_references = [p for p in reference_points(all_slices, search) if read_result(p, out) is None]
+    trials = {name: study.get_trials(deepcopy=False) for name, study in studies.items()}
+    round_index = max((t.user_attrs.get("round", 0) for ts in trials.values() for t in ts), default=0)
+    catch_up = {name for name, ts in trials.items() if ts and ts[-1].user_attrs.get("zombie")}
+    for iteration in itertools.count():
+        catching_up = iteration == 0 and bool(catch_up)
+        round_index += 0 if catching_up else 1
+        asking = [sl for sl in all_slices if sl.study_name in catch_up] if catching_up else all_slices
+        steer(all_slices, studies, search, round_index)
+        waiting = waiting_for_pilots(all_slices, studies, search, budgets)
+        total_done = sum(t.state == TrialState.COMPLETE for s in studies.values() for t in s.get_trials(deepcopy=False))
+        batch = []
+        for sl in asking:
+            study = studies[sl.study_name]
+            for _ in range(search.per_round if sl.study_name not in waiting else 0):
+                if search.budget.total and total_done + len(batch) >= search.budget.total + extend * len(all_slices):
+                    break
+                if not wants_more(study, search, budgets[sl.study_name]):
+                    break
+                batch += ask(study, sl, search, checks, base_dict, round_index)
+        references = pending_references if iteration == 0 else []
+        if not batch and not references:
+            if catching_up:
+                continue
+            return
+        points = [p for *_, pts in batch for p in pts] + references
+        tuner.run(base, search, points, out, experiment=f"search-{time.strftime('%Y%m%d-%H%M%S')}-r{round_index}",
+                  restore=False, job_type="search")
+        for study, trial, pts in batch:
+            tell(study, trial, pts, search, out)
+
+
+def steer(all_slices: list[Slice], studies: dict, search: SearchConfig, round_index: int) -> None:
+    """With a guide, give each threshold sampler the verdicts its group's other slices imply, from the trials of
+    earlier rounds only (so the same round, re-run after a kill, is steered the same way)."""
+    if not guide.active(search):
+        return
+    min_rate, knob = search.success.min_seeds / len(search.success.seeds), search.knob.key
+    pooled = {sl.study_name: guide.evidence_before(studies[sl.study_name], knob, round_index) for sl in all_slices}
+    for sl in all_slices:
+        others = [(pooled[o.study_name], o.measures) for o in all_slices
+                  if o is not sl and guide.group(o.point, search.guide) == guide.group(sl.point, search.guide)]
+        studies[sl.study_name].sampler.predicted = guide.predictions(sl.values, sl.measures, others, min_rate)
+
+
+def waiting_for_pilots(all_slices: list[Slice], studies: dict, search: SearchConfig, budgets: dict) -> set[str]:
+    """With a guide, the first slice of each group (the pilot) searches alone until it is done; the others then
+    start from its verdicts, and each other's, rather than all bisecting blind at once."""
+    if not guide.active(search):
+        return set()
+    pilots = {}
+    for sl in all_slices:
+        pilots.setdefault(guide.group(sl.point, search.guide), sl)
+    busy = {key for key, pilot in pilots.items()
+            if wants_more(studies[pilot.study_name], search, budgets[pilot.study_name])}
+    return {sl.study_name for sl in all_slices
+            if guide.group(sl.point, search.guide) in busy and pilots[guide.group(sl.point, search.guide)] is not sl}
+
+
+def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base_dict: dict,
+        round_index: int) -> list[tuple]:
+    """One candidate as [(study, trial, its points, one per seed)], or [] if Optuna proposed an invalid one (told
+    PRUNED with the reason: a value a constraint excludes, or a config that cannot exist such as all-zero weights)."""
+    trial = study.ask(sl.distributions(search.knob.key))
+    trial.set_user_attr("round", round_index)
+    point = sl.point | sl.candidate(trial.params, search.knob.key)
+    reason = None
+    if search.knob.key and point[search.knob.key] not in sl.values:  # tpe draws from the whole interval
+        reason = f"{search.knob.key}={point[search.knob.key]} breaks a constraint"
+    elif not holds(checks, sl.point | trial.params):
+        reason = "breaks a constraint"
+    else:
+        try:
+            config.with_point(base_dict, point, check_device=False)
+        except ConfigError as e:
+            reason = str(e)
+    if reason:
+        trial.set_user_attr("pruned_because", reason)
+        study.tell(trial, state=TrialState.PRUNED)
+        return []
+    seeds = seeds_for(study, search, trial.params)
+    trial.set_user_attr("seed_list", seeds)  # before training: a failed evaluation still lists its trials
+    return [(study, trial, [point | {"seed": s} for s in seeds])]
+
+
+def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> None:
+    """Read each seed's result.json and report the candidate: COMPLETE with its evidence, or FAIL if a seed errored.
+
+    Success is a constraint Optuna's TPE understands: the shortfall of the min_seeds-th best seed below the threshold
+    (<= 0: at least min_seeds seeds succeed), graded so that near misses rank above clear failures."""
+    results = [read_result(point, out) for point in points]
+    if any(r is None for r in results):
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    success = search.success
+    metrics = [_metric(r, success.metric) for r in results]
+    trial.set_user_attr("successes", sum(m >= success.threshold for m in metrics))
+    trial.set_user_attr("seeds", len(results))
+    shortfall = success.threshold - sorted(metrics, reverse=True)[success.min_seeds - 1]
+    trial.set_constraint("success", min(shortfall, 1e6))  # finite: a NaN metric is a large shortfall
+    if not search.minimize:
+        study.tell(trial, float(trial.params[search.knob.key]))
+        return
+    objective = [_metric(r, search.minimize) for r in results]
+    if not all(math.isfinite(v) for v in objective):
+        trial.set_user_attr("failed_because", f"{search.minimize} is missing or not finite in a result")
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    study.tell(trial, sum(objective) / len(objective))
+
+
+def _metric(result: dict, name: str) -> float:
+    value = result.get(name)
+    return value if isinstance(value, (int, float)) and not math.isnan(value) else -math.inf

@@ -1,0 +1,128 @@
+"""search.guide: verdicts carried between slices through R, with a fake executor (real Optuna journal storage, no
+Ray): same answers as unguided bisection in fewer evaluations, pilots first, and a kill at any point of a round's
+tells resumes to exactly the uninterrupted sequence of evaluations."""
+import json
+
+import optuna
+import pytest
+
+from sweep import guide, samplers, search_loop, tuner
+from sweep import search as searching
+from sweep.space import point_id
+from tests.conftest import CONFIGS
+from trainables import config
+from trainables.errors import ConfigError
+
+R_NEEDED = 0.3  # the fake model generalizes when R <= this, whatever l_min is (Theorem 5's picture)
+SLICES = ["search.slices=[{key: task.lengths.low, values: [2, 3, 4, 5, 6]}]", "task.max_len=40",
+          "search.knob.high=16", "search.constraints=[task.lengths.low + task.lengths.width <= 19]"]
+UNGUIDED = SLICES + ["search.guide.metric="]  # how a user turns the debug config's guide off
+GUIDED = SLICES + ["search.guide.metric=data/max_sum_ratio", "search.guide.across=[task.lengths.low]"]
+
+
+@pytest.fixture
+def fake_tune(monkeypatch):
+    calls = []
+
+    def run(base, search, points, out, experiment, restore, job_type):
+        calls.append(points)
+        for point in points:
+            cfg = config.with_point(config.to_dict(base), point)
+            acc = 1.0 if guide.measure(cfg, "data/max_sum_ratio") <= R_NEEDED else 0.4
+            trial = out / "trials" / point_id(point)
+            trial.mkdir(parents=True, exist_ok=True)
+            (trial / "result.json").write_text(json.dumps({"ood/acc": acc, "status": "completed"}))
+
+    monkeypatch.setattr(tuner, "run", run)
+    return calls
+
+
+def search_in(tmp_path, overrides):
+    base, search = searching.load_search(CONFIGS / "debug_search.yaml", overrides)
+    all_slices = searching.slices(base, search, base.name)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    storage = searching.storage_for(None, tmp_path)
+    open_all = lambda: {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
+    return base, search, all_slices, open_all
+
+
+def answers_and_counts(search, all_slices, studies):
+    result = {}
+    for sl in all_slices:
+        pooled = samplers.evidence(studies[sl.study_name].get_trials(), search.knob.key)
+        result[sl.point["task.lengths.low"]] = (samplers.minimal_value(sl.values, pooled, 1.0), len(pooled),
+                                                sum(e.evaluations for e in pooled.values()))
+    return result
+
+
+def test_guided_bisection_finds_the_same_answers_in_fewer_evaluations_pilot_first(tmp_path, fake_tune):
+    plain = search_in(tmp_path / "plain", UNGUIDED)
+    studies = plain[3]()
+    search_loop.run(plain[0], plain[1], plain[2], studies, tmp_path / "plain", extend=0)
+    unguided = answers_and_counts(plain[1], plain[2], studies)
+    fake_tune.clear()
+
+    base, search, all_slices, open_all = search_in(tmp_path / "guided", GUIDED)
+    studies = open_all()
+    search_loop.run(base, search, all_slices, studies, tmp_path / "guided", extend=0)
+    guided = answers_and_counts(search, all_slices, studies)
+
+    assert {low: a for low, (a, *_) in guided.items()} == {low: a for low, (a, *_) in unguided.items()}
+    assert all(answer is not None for answer, *_ in guided.values())
+    evaluations = lambda counts: sum(n for *_, n in counts.values())
+    assert evaluations(guided) < evaluations(unguided)
+    pilot_rounds = [points for points in fake_tune if {p["task.lengths.low"] for p in points} == {2}]
+    assert pilot_rounds and fake_tune[:len(pilot_rounds)] == pilot_rounds  # the pilot (l_min = 2) goes alone first
+    assert all(len({p["task.lengths.low"] for p in points}) > 1 for points in fake_tune[len(pilot_rounds):][:1])
+
+
+@pytest.mark.parametrize("kill_after_tells", [1, 5, 8])
+def test_a_kill_between_tells_resumes_to_the_uninterrupted_evaluations(tmp_path, fake_tune, monkeypatch,
+                                                                       kill_after_tells):
+    def sequence(studies):
+        return {name: [(t.params, t.user_attrs["seed_list"], t.user_attrs["round"]) for t in study.get_trials()
+                       if t.state == optuna.trial.TrialState.COMPLETE] for name, study in studies.items()}
+
+    base, search, all_slices, open_all = search_in(tmp_path / "whole", GUIDED)
+    studies = open_all()
+    search_loop.run(base, search, all_slices, studies, tmp_path / "whole", extend=0)
+    uninterrupted = sequence(studies)
+
+    base, search, all_slices, open_all = search_in(tmp_path / "killed", GUIDED)
+    tell, told = search_loop.tell, []
+
+    def tell_then_die(*args):
+        if len(told) == kill_after_tells:
+            raise KeyboardInterrupt  # the driver dies mid-round: later studies of the round stay RUNNING
+        told.append(1)
+        tell(*args)
+
+    monkeypatch.setattr(search_loop, "tell", tell_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        search_loop.run(base, search, all_slices, open_all(), tmp_path / "killed", extend=0)
+    monkeypatch.setattr(search_loop, "tell", tell)
+    studies = open_all()  # the re-run: zombies failed, their round re-run first
+    search_loop.run(base, search, all_slices, studies, tmp_path / "killed", extend=0)
+    assert sequence(studies) == uninterrupted
+
+
+def test_predictions_carry_successes_down_and_failures_up_the_measure():
+    values = [1, 2, 3, 4, 5]
+    measures = {1: 0.9, 2: 0.5, 3: 0.35, 4: 0.28, 5: 0.2}  # R falls as the width grows
+    others = [({7: samplers.Evidence(1, 1, 1), 6: samplers.Evidence(0, 1, 1)}, {7: 0.3, 6: 0.4})]
+    assert guide.predictions(values, measures, others, 1.0) == {1: False, 2: False, 4: True, 5: True}
+    contradicting = [({7: samplers.Evidence(1, 1, 1), 6: samplers.Evidence(0, 1, 1)}, {7: 0.4, 6: 0.3})]
+    assert 3 not in guide.predictions(values, measures, contradicting, 1.0)
+    assert samplers.next_value(values, {}, 1.0, predicted={1: False, 2: False, 3: False, 4: True, 5: True}) == 4
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["search.guide.metric=ood/acc", "search.guide.across=[task.lengths.low]"], "search.guide.metric"),
+    (["search.guide.metric=data/max_sum_ratio", "search.guide.across=[task.n_triggers]"], "search.guide.across"),
+    (["search.guide.across=[]"], "search.guide.across"),
+])
+def test_bad_guides_name_their_key(overrides, key):
+    """(tpe and grid ignore a guide: search.sampler=grid runs a guided config's reference unchanged.)"""
+    with pytest.raises(ConfigError) as error:
+        searching.load_search(CONFIGS / "debug_search.yaml", overrides)
+    assert error.value.key == key

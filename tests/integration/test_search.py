@@ -109,3 +109,20 @@ def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, 
     assert proc.returncode == 2 and key in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("headsweep: error:")
     assert not out.exists()
+
+
+def test_guided_search_and_grid_agree_on_paper_theory_slices(tmp_path):
+    """The paper's own model and settings (configs/paper_theory_search.yaml) on three of its slices, one seed."""
+    overrides = ["search.slices=[{key: task.lengths.low, values: [7, 8, 9]}, {key: task.n_triggers, values: [4]}]",
+                 "search.success.seeds=[0]", "search.success.min_seeds=1"]
+    config = CONFIGS / "paper_theory_search.yaml"
+    answers, counts = {}, {}
+    for sampler, per_round in (("threshold", 1), ("grid", 12)):  # the grid asks every width in one round
+        proc = headsweep("search", config, *overrides, f"search.sampler={sampler}", f"search.per_round={per_round}",
+                         "--out", tmp_path / sampler)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        minimal = pd.read_csv(tmp_path / sampler / "min_diversity.csv")
+        answers[sampler] = list(minimal["diversity_star"])
+        counts[sampler] = minimal["n_trials"].sum()
+    assert answers["threshold"] == answers["grid"] and not pd.isna(answers["grid"]).any()
+    assert counts["threshold"] < counts["grid"]

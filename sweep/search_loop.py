@@ -2,12 +2,14 @@
 as one trial of the grid's trainable, and the results are told back to Optuna (sweep/search.py opens the studies).
 
 A driver killed at any point loses nothing: finished Tune trials keep their result.json and are never re-run;
-Optuna trials left RUNNING were marked FAIL by open_study and their round is re-run first.
+Optuna trials left RUNNING were marked FAIL (and zombie) by open_study and their candidates are asked again.
 """
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -55,9 +57,9 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
 
     extend adds that many completed trials to each slice's budget (and to the total), beyond what is done already;
     a converged threshold or grid study has nothing left to ask, so extending it changes nothing. The reference
-    points (if any) train in the first round. Trials carry their round number; a driver killed mid-round left
-    that round's trials as zombies, and the round is re-run first, by those studies alone, so that every later
-    round sees what it would have seen uninterrupted (it matters when a guide carries verdicts between slices).
+    points (if any) train in the first round. With a guide, verdicts flow between studies round by round, so a
+    driver killed mid-round must not let a resumed search mix rounds: each round's studies are written down before
+    they ask (ROUND_PLAN), and a resumed search first re-runs the interrupted round for those that were not told.
     """
     budgets = {}
     for sl in all_slices:
@@ -65,23 +67,30 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
         budgets[sl.study_name] = max(search.budget.per_slice, completed + extend if extend else 0)
     checks, base_dict = constraint_checks(search), config.to_dict(base)
     pending_references = [p for p in reference_points(all_slices, search) if read_result(p, out) is None]
-    trials = {name: study.get_trials(deepcopy=False) for name, study in studies.items()}
-    round_index = max((t.user_attrs.get("round", 0) for ts in trials.values() for t in ts), default=0)
-    catch_up = {name for name, ts in trials.items() if ts and ts[-1].user_attrs.get("zombie")}
+    round_index = max((t.user_attrs.get("round", 0) for s in studies.values() for t in s.get_trials(deepcopy=False)),
+                      default=0)
+    interrupted = interrupted_round(out, studies) if guide.active(search) else None
     for iteration in itertools.count():
-        catching_up = iteration == 0 and bool(catch_up)
-        round_index += 0 if catching_up else 1
-        asking = [sl for sl in all_slices if sl.study_name in catch_up] if catching_up else all_slices
+        catching_up = iteration == 0 and interrupted is not None
+        if catching_up:
+            round_index, names = interrupted
+            asking, waiting = [sl for sl in all_slices if sl.study_name in names], set()
+        else:
+            round_index += 1
+            asking, waiting = all_slices, waiting_for_pilots(all_slices, studies, search, budgets)
         steer(all_slices, studies, search, round_index)
-        waiting = waiting_for_pilots(all_slices, studies, search, budgets)
         total_done = sum(t.state == TrialState.COMPLETE for s in studies.values() for t in s.get_trials(deepcopy=False))
+        room = search.budget.total + extend * len(all_slices) - total_done if search.budget.total else math.inf
+        askers = [sl for sl in asking if sl.study_name not in waiting]
+        if guide.active(search) and not catching_up:  # one candidate per study: the studies that will ask
+            plan = [sl.study_name for sl in askers if wants_more(studies[sl.study_name], search, budgets[sl.study_name])]
+            write_json(out / ROUND_PLAN, {"round": round_index, "studies": plan[:max(0, room)] if room < math.inf
+                                          else plan})
         batch = []
-        for sl in asking:
+        for sl in askers:
             study = studies[sl.study_name]
-            for _ in range(search.per_round if sl.study_name not in waiting else 0):
-                if search.budget.total and total_done + len(batch) >= search.budget.total + extend * len(all_slices):
-                    break
-                if not wants_more(study, search, budgets[sl.study_name]):
+            for _ in range(search.per_round):
+                if len(batch) >= room or not wants_more(study, search, budgets[sl.study_name]):
                     break
                 batch += ask(study, sl, search, checks, base_dict, round_index)
         references = pending_references if iteration == 0 else []
@@ -94,6 +103,28 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
                   restore=False, job_type="search")
         for study, trial, pts in batch:
             tell(study, trial, pts, search, out)
+
+
+ROUND_PLAN = "search_round.json"  # a guided search's round in progress: its number and the studies asking in it
+
+
+def interrupted_round(out: Path, studies: dict) -> tuple[int, list[str]] | None:
+    """(round, studies to re-run) if the last planned round has studies whose trial of it was never told (still
+    missing, or a zombie failed by open_study); None if it finished."""
+    path = out / ROUND_PLAN
+    if not path.exists():
+        return None
+    plan = json.loads(path.read_text())
+    told = lambda t: t.user_attrs.get("round") == plan["round"] and not t.user_attrs.get("zombie")
+    pending = [name for name in plan["studies"]
+               if name in studies and not any(told(t) for t in studies[name].get_trials(deepcopy=False))]
+    return (plan["round"], pending) if pending else None
+
+
+def write_json(path: Path, data: dict) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data))
+    os.replace(partial, path)
 
 
 def steer(all_slices: list[Slice], studies: dict, search: SearchConfig, round_index: int) -> None:

@@ -76,9 +76,9 @@ def test_guided_bisection_finds_the_same_answers_in_fewer_evaluations_pilot_firs
     assert all(len({p["task.lengths.low"] for p in points}) > 1 for points in fake_tune[len(pilot_rounds):][:1])
 
 
-@pytest.mark.parametrize("kill_after_tells", [1, 5, 8])
-def test_a_kill_between_tells_resumes_to_the_uninterrupted_evaluations(tmp_path, fake_tune, monkeypatch,
-                                                                       kill_after_tells):
+@pytest.mark.parametrize("phase, kill_after", [("tell", 1), ("tell", 5), ("tell", 8), ("ask", 6), ("ask", 8)])
+def test_a_kill_mid_round_resumes_to_the_uninterrupted_evaluations(tmp_path, fake_tune, monkeypatch, phase,
+                                                                   kill_after):
     def sequence(studies):
         return {name: [(t.params, t.user_attrs["seed_list"], t.user_attrs["round"]) for t in study.get_trials()
                        if t.state == optuna.trial.TrialState.COMPLETE] for name, study in studies.items()}
@@ -89,19 +89,19 @@ def test_a_kill_between_tells_resumes_to_the_uninterrupted_evaluations(tmp_path,
     uninterrupted = sequence(studies)
 
     base, search, all_slices, open_all = search_in(tmp_path / "killed", GUIDED)
-    tell, told = search_loop.tell, []
+    original, calls = getattr(search_loop, phase), []
 
-    def tell_then_die(*args):
-        if len(told) == kill_after_tells:
-            raise KeyboardInterrupt  # the driver dies mid-round: later studies of the round stay RUNNING
-        told.append(1)
-        tell(*args)
+    def die_midway(*args):
+        if len(calls) == kill_after:
+            raise KeyboardInterrupt  # the driver dies: the round's later asks (or tells) never happen
+        calls.append(1)
+        return original(*args)
 
-    monkeypatch.setattr(search_loop, "tell", tell_then_die)
+    monkeypatch.setattr(search_loop, phase, die_midway)
     with pytest.raises(KeyboardInterrupt):
         search_loop.run(base, search, all_slices, open_all(), tmp_path / "killed", extend=0)
-    monkeypatch.setattr(search_loop, "tell", tell)
-    studies = open_all()  # the re-run: zombies failed, their round re-run first
+    monkeypatch.setattr(search_loop, phase, original)
+    studies = open_all()  # the re-run: zombies failed, the interrupted round re-run first
     search_loop.run(base, search, all_slices, studies, tmp_path / "killed", extend=0)
     assert sequence(studies) == uninterrupted
 

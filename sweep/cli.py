@@ -48,8 +48,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The verb's arguments; key=value overrides may also come after the options (`--out DIR seed=1`)."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and (not hasattr(args, "overrides") or any(a.startswith("-") or "=" not in a for a in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides += extra
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(argv)
     try:
         return {"train": _train, "grid": _grid, "search": _search,
                 "report": report_cli.report, "dashboard": report_cli.dashboard}[args.verb](args)

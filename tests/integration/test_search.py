@@ -112,8 +112,8 @@ def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, 
 
 
 def test_guided_search_and_grid_agree_on_paper_theory_slices(tmp_path):
-    """The paper's own model and settings (configs/paper_theory_search.yaml) on three of its slices, one seed."""
-    overrides = ["search.slices=[{key: task.lengths.low, values: [7, 8, 9]}, {key: task.n_triggers, values: [4]}]",
+    """The paper's own model and settings (configs/paper_theory_search.yaml) on two of its slices, one seed."""
+    overrides = ["search.slices=[{key: task.lengths.low, values: [8, 9]}, {key: task.n_triggers, values: [4]}]",
                  "search.success.seeds=[0]", "search.success.min_seeds=1"]
     config = CONFIGS / "paper_theory_search.yaml"
     answers, counts = {}, {}

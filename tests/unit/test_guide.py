@@ -1,40 +1,18 @@
 """search.guide: verdicts carried between slices through R, with a fake executor (real Optuna journal storage, no
 Ray): same answers as unguided bisection in fewer evaluations, pilots first, and a kill at any point of a round's
-tells resumes to exactly the uninterrupted sequence of evaluations."""
-import json
-
+asks or tells resumes to exactly the uninterrupted sequence of evaluations (fake executor: tests/unit/conftest.py)."""
 import optuna
 import pytest
 
-from sweep import guide, samplers, search_loop, tuner
+from sweep import guide, samplers, search_loop
 from sweep import search as searching
-from sweep.space import point_id
 from tests.conftest import CONFIGS
-from trainables import config
 from trainables.errors import ConfigError
 
-R_NEEDED = 0.3  # the fake model generalizes when R <= this, whatever l_min is (Theorem 5's picture)
 SLICES = ["search.slices=[{key: task.lengths.low, values: [2, 3, 4, 5, 6]}]", "task.max_len=40",
           "search.knob.high=16", "search.constraints=[task.lengths.low + task.lengths.width <= 19]"]
 UNGUIDED = SLICES + ["search.guide.metric="]  # how a user turns the debug config's guide off
 GUIDED = SLICES + ["search.guide.metric=data/max_sum_ratio", "search.guide.across=[task.lengths.low]"]
-
-
-@pytest.fixture
-def fake_tune(monkeypatch):
-    calls = []
-
-    def run(base, search, points, out, experiment, restore, job_type):
-        calls.append(points)
-        for point in points:
-            cfg = config.with_point(config.to_dict(base), point)
-            acc = 1.0 if guide.measure(cfg, "data/max_sum_ratio") <= R_NEEDED else 0.4
-            trial = out / "trials" / point_id(point)
-            trial.mkdir(parents=True, exist_ok=True)
-            (trial / "result.json").write_text(json.dumps({"ood/acc": acc, "status": "completed"}))
-
-    monkeypatch.setattr(tuner, "run", run)
-    return calls
 
 
 def search_in(tmp_path, overrides):
@@ -55,12 +33,12 @@ def answers_and_counts(search, all_slices, studies):
     return result
 
 
-def test_guided_bisection_finds_the_same_answers_in_fewer_evaluations_pilot_first(tmp_path, fake_tune):
+def test_guided_bisection_finds_the_same_answers_in_fewer_evaluations_pilot_first(tmp_path, fake_r_tune):
     plain = search_in(tmp_path / "plain", UNGUIDED)
     studies = plain[3]()
     search_loop.run(plain[0], plain[1], plain[2], studies, tmp_path / "plain", extend=0)
     unguided = answers_and_counts(plain[1], plain[2], studies)
-    fake_tune.clear()
+    fake_r_tune.clear()
 
     base, search, all_slices, open_all = search_in(tmp_path / "guided", GUIDED)
     studies = open_all()
@@ -71,13 +49,13 @@ def test_guided_bisection_finds_the_same_answers_in_fewer_evaluations_pilot_firs
     assert all(answer is not None for answer, *_ in guided.values())
     evaluations = lambda counts: sum(n for *_, n in counts.values())
     assert evaluations(guided) < evaluations(unguided)
-    pilot_rounds = [points for points in fake_tune if {p["task.lengths.low"] for p in points} == {2}]
-    assert pilot_rounds and fake_tune[:len(pilot_rounds)] == pilot_rounds  # the pilot (l_min = 2) goes alone first
-    assert all(len({p["task.lengths.low"] for p in points}) > 1 for points in fake_tune[len(pilot_rounds):][:1])
+    pilot_rounds = [points for points in fake_r_tune if {p["task.lengths.low"] for p in points} == {2}]
+    assert pilot_rounds and fake_r_tune[:len(pilot_rounds)] == pilot_rounds  # the pilot (l_min = 2) goes alone first
+    assert all(len({p["task.lengths.low"] for p in points}) > 1 for points in fake_r_tune[len(pilot_rounds):][:1])
 
 
 @pytest.mark.parametrize("phase, kill_after", [("tell", 1), ("tell", 8), ("ask", 6)])
-def test_a_kill_mid_round_resumes_to_the_uninterrupted_evaluations(tmp_path, fake_tune, monkeypatch, phase,
+def test_a_kill_mid_round_resumes_to_the_uninterrupted_evaluations(tmp_path, fake_r_tune, monkeypatch, phase,
                                                                    kill_after):
     def sequence(studies):
         return {name: [(t.params, t.user_attrs["seed_list"], t.user_attrs["round"]) for t in study.get_trials()

@@ -6,35 +6,15 @@ import optuna
 import pytest
 import yaml
 
-from sweep import best_outputs, search_loop, tuner
+from sweep import best_outputs, search_loop
 from sweep import search as searching
 from sweep.space import point_id
 from tests.conftest import CONFIGS
-from trainables import config
+from tests.unit.conftest import R_NEEDED
 from trainables.errors import ConfigError
-from trainables.tasks.lengths import data_cost, diversity_metrics, distribution
+from trainables.tasks.lengths import data_cost
 
 DEBUG = CONFIGS / "debug_optimal_distribution.yaml"
-R_NEEDED = 0.3  # the fake model generalizes when the max-sum ratio is at most this
-
-
-@pytest.fixture
-def fake_tune(monkeypatch):
-    """tuner.run that writes each point's result.json at once from its real length distribution."""
-    calls = []
-
-    def run(base, search, points, out, experiment, restore, job_type):
-        calls.append(points)
-        for point in points:
-            task = config.with_point(config.to_dict(base), point).task
-            metrics = diversity_metrics(distribution(task.lengths, task.n_triggers))
-            acc = 1.0 if metrics["data/max_sum_ratio"] <= R_NEEDED else 0.5
-            trial = out / "trials" / point_id(point)
-            trial.mkdir(parents=True, exist_ok=True)
-            (trial / "result.json").write_text(json.dumps(metrics | {"ood/acc": acc, "status": "completed"}))
-
-    monkeypatch.setattr(tuner, "run", run)
-    return calls
 
 
 def setup(tmp_path, *overrides):
@@ -97,12 +77,12 @@ def test_point_ids_of_lists_read_well_and_long_ones_stay_unique_and_short():
     assert point_id(long_a) == point_id(dict(long_a))  # a function of the point alone: resumption finds it
 
 
-def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_once(tmp_path, fake_tune):
+def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_once(tmp_path, fake_r_tune):
     base, search, all_slices, studies, storage = setup(tmp_path)
     search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
-    references = [p for points in fake_tune for p in points if p["task.lengths.family"] == "optimal"]
+    references = [p for points in fake_r_tune for p in points if p["task.lengths.family"] == "optimal"]
     assert references == [{"task.lengths.family": "optimal", "seed": 0}]  # both slices share Proposition 8's point
-    assert len(fake_tune) == 2  # budget 6 at 3 candidates a round
+    assert len(fake_r_tune) == 2  # budget 6 at 3 candidates a round
     for study in studies.values():
         done = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
         assert len(done) == 6
@@ -122,10 +102,10 @@ def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_on
     # a re-run with the budget spent asks nothing and trains nothing
     studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
     search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
-    assert len(fake_tune) == 2
+    assert len(fake_r_tune) == 2
 
 
-def test_invalid_proposals_are_pruned_with_their_reason(tmp_path, fake_tune):
+def test_invalid_proposals_are_pruned_with_their_reason(tmp_path, fake_r_tune):
     """All-zero weights leave an empty support: Optuna's proposal is told PRUNED, never trained."""
     base, search, all_slices, studies, _ = setup(tmp_path)
     weights_study = studies[all_slices[1].study_name]
@@ -133,11 +113,11 @@ def test_invalid_proposals_are_pruned_with_their_reason(tmp_path, fake_tune):
     search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     pruned = [t for t in weights_study.get_trials() if t.state == optuna.trial.TrialState.PRUNED]
     assert pruned and "positive weight" in pruned[0].user_attrs["pruned_because"]
-    trained = [p for points in fake_tune for p in points if p["task.lengths.family"] == "weights"]
+    trained = [p for points in fake_r_tune for p in points if p["task.lengths.family"] == "weights"]
     assert all(any(w > 0 for w in p["task.lengths.weights"]) for p in trained)
 
 
-def test_a_repeated_candidate_in_one_round_gets_fresh_seeds(tmp_path, fake_tune):
+def test_a_repeated_candidate_in_one_round_gets_fresh_seeds(tmp_path, fake_r_tune):
     base, search, all_slices, studies, _ = setup(tmp_path, "search.budget.per_slice=3")
     power = studies[all_slices[0].study_name]
     same = {"task.lengths.low": 1, "task.lengths.high": 6, "task.lengths.exponent": 1.0}
@@ -148,7 +128,7 @@ def test_a_repeated_candidate_in_one_round_gets_fresh_seeds(tmp_path, fake_tune)
     assert seeds == [[0], [1]]
 
 
-def test_success_constraint_is_the_graded_shortfall_of_the_mth_best_seed(tmp_path, fake_tune):
+def test_success_constraint_is_the_graded_shortfall_of_the_mth_best_seed(tmp_path, fake_r_tune):
     base, search = searching.load_search(CONFIGS / "debug_search.yaml", ["search.sampler=tpe",
                                                                          "search.success.seeds=[0,1,2]",
                                                                          "search.success.min_seeds=2"])

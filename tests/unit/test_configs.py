@@ -1,0 +1,25 @@
+"""Every shipped config loads and validates as the verb its first line names would load it (no training)."""
+import pytest
+import yaml
+
+from sweep import search as searching
+from sweep import space
+from tests.conftest import CONFIGS
+from trainables import config
+
+ALL = sorted(CONFIGS.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.name for p in ALL])
+def test_config_loads_and_its_first_line_is_its_command(path):
+    verb = path.read_text().splitlines()[0].split()[2]  # "# headsweep <verb> configs/<name>.yaml --out ..."
+    assert path.read_text().startswith(f"# headsweep {verb} configs/{path.name} ")
+    sections = yaml.safe_load(path.read_text())
+    if verb == "search":
+        base, search = searching.load_search(path, [])
+        assert searching.slices(base, search, base.name)
+    elif verb == "grid":
+        assert space.load_sweep(path, [])[2]
+    else:
+        assert verb == "train" and not {"search", "sweep"} & set(sections)
+        config.load(path, [], check_device=False)

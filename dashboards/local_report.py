@@ -3,7 +3,7 @@
 Everything is read back from the files the verbs leave (DESIGN's output-dir contract), so a report can be rebuilt
 after the fact, on another machine, or while a grid is still running: result.json / results.csv / trials.csv for the
 numbers, metrics.jsonl for the curves, attention.npz for the attention gallery (drawn by trainables.media, the same
-figures the W&B runs get), min_diversity.csv when a search left one, config.yaml for the phase diagram's axes.
+figures the W&B runs get), min_diversity.csv or best.csv when a search left one, config.yaml for the figures' axes.
 """
 from __future__ import annotations
 

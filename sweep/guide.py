@@ -53,14 +53,15 @@ def predictions(values: list[int], measures: dict[int, float], others: list[tupl
     for pooled, other_measures in others:
         for value, evidence in pooled.items():
             (succeeded if evidence.succeeds(min_rate) else failed).append(sign * other_measures[value])
+    least_diverse_success = min(succeeded, default=float("inf"))
+    most_diverse_failure = max(failed, default=float("-inf"))
     result = {}
     for value in values:
         d = sign * measures[value]
-        if succeeded and d >= min(succeeded):
-            result[value] = True
-        if failed and d <= max(failed):
-            result[value] = False if value not in result else None  # contradicting evidence: no prediction
-    return {v: p for v, p in result.items() if p is not None}
+        success, failure = d >= least_diverse_success, d <= most_diverse_failure
+        if success != failure:  # both: contradicting evidence, no prediction
+            result[value] = success
+    return result
 
 
 def active(search) -> bool:

@@ -185,7 +185,8 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
         point = dict(zip(keys, combo))
         params = [p for p in search.params if all(point.get(k) == v for k, v in p.when.items())]
         name = f"{study_prefix}.{point_id(point)}" if point else study_prefix
-        values = [v for v in range(search.knob.low, search.knob.high + 1) if holds(checks, point | {knob: v})]
+        values = [v for v in range(search.knob.low, search.knob.high + 1)
+                  if holds(checks, point | {knob: v})] if knob else []
         if knob and not values:
             raise ConfigError("search.constraints", f"slice {point_id(point) or 'all'} leaves no knob value")
         measures = {}
@@ -196,7 +197,7 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
                     measures[v] = guide.measure(cfg, search.guide.metric)
         if search.reference:
             _check_point(base_dict, point | search.reference)
-        result.append(Slice(point, values if knob else [], name, params, measures))
+        result.append(Slice(point, values, name, params, measures))
     return result
 
 

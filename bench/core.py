@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/core.py            (about a minute on 2 CPU cores; `make bench`)
 
-Also times the one-step feature build both ways side by side (scatter into one tensor vs one_hot + cat), the choice
-the model's hot path rests on. Numbers go to docs/PERFORMANCE.md with the machine line printed first.
+Also times, side by side, two choices the hot paths rest on: the one-step feature build (scatter into one tensor vs
+one_hot + cat) and the transformer's training step with its last layer and unembedding at the query only vs at every
+position. Numbers go to docs/PERFORMANCE.md with the machine line printed first.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ import torch.nn.functional as F
 
 from trainables import config
 from trainables.models.one_step import OneStepModel
-from trainables.tasks.trigger_copy import sample
-from trainables.train import train
+from trainables.tasks.trigger_copy.data import sample
+from trainables.train import init_state, step, train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -73,11 +74,34 @@ def bench_embedding(cfg) -> None:
 
 def bench_transformer(steps: int = 60) -> None:
     cfg = config.load(CONFIGS / "paper_transformer.yaml", [f"optim.max_steps={steps}", f"eval.every={steps}",
-                                                          "eval.n_pairs_per_cell=1"])
+                                                          "task.n_pairs_per_cell=1"])
     train(config.load(CONFIGS / "paper_transformer.yaml", ["optim.max_steps=5", "eval.every=5"]))  # warm-up
     seconds = train(cfg).metrics["seconds"]
     print(f"paper transformer    {steps / seconds:.1f} training steps/s (batch 64, 2 layers, D = 72, one eval "
           f"included: {seconds:.2f} s for {steps} steps)")
+
+
+def bench_query_path(steps: int = 60) -> None:
+    """Training steps of the paper transformer with its last layer at the query only (what train() does) against
+    the same steps computing every position and reading the query row (what it did before)."""
+    cfg = config.load(CONFIGS / "paper_transformer.yaml", [])
+
+    def run(query_only: bool) -> float:
+        state, _, _ = init_state(cfg)
+        batches = [sample(cfg.task, 64, state.generator) for _ in range(steps)]
+        if not query_only:
+            full = state.model.run_with_cache
+            rows = torch.arange(64)
+            state.model.run_with_cache = lambda tokens, query=None: (full(tokens)[0][rows, query], {})
+        start = time.perf_counter()
+        for batch in batches:
+            step(state, batch)
+        return steps / (time.perf_counter() - start)
+
+    run(True), run(False)  # warm-up
+    query, every = statistics.median(run(True) for _ in range(3)), statistics.median(run(False) for _ in range(3))
+    print(f"transformer step     last layer at the query only {query:.1f} steps/s, at every position "
+          f"{every:.1f} steps/s: {query / every:.2f}x")
 
 
 def main() -> None:
@@ -87,6 +111,7 @@ def main() -> None:
     bench_embedding(cfg)
     bench_one_step_trial(cfg)
     bench_transformer()
+    bench_query_path()
 
 
 if __name__ == "__main__":

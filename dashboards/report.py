@@ -1,149 +1,293 @@
-"""The local HTML report: one self-contained file (inline CSS, images as data URIs, no scripts, no URLs).
+"""The one report builder: `build(DIR)` writes DIR/report.html for any train, grid, search or shape-search output
+directory, reading only the files there. Every verb calls it when it ends and `headsweep report DIR` calls it on
+demand, so report.html is the same whoever wrote it; it can be rebuilt after the fact, on another machine, or while
+a grid still runs.
 
-It must open from a laptop's disk or a cluster's shared filesystem with no network, so nothing is linked; and it
-shows config text and error messages from trials, so every piece of text is escaped unless a Section says it is HTML.
+What it reads (DESIGN's output-dir contract): config.yaml (the task, the model, the sweep or search section),
+result.json / results.csv / trials.csv for the numbers, metrics.jsonl for the curves, attention.npz for the
+attention gallery (drawn by the task's and the model's figures, as the W&B media are), min_diversity.csv or best.csv
+for a search. What is task-specific (headline metrics, the diversity measure, the theory's reference values, the
+figures' landmarks) comes from the task registry; nothing here names a task's keys.
 """
 from __future__ import annotations
 
-import base64
 import html
-import math
-import numbers
-import os
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import yaml
 
-MISSING = "\u2013"  # en dash for NaN / None: reads as "no value", unlike "nan" or an empty cell
-DECIMALS = 3
+from dashboards.html import Section, gallery, write_report
+from trainables import config, figures, readouts
+from trainables.errors import ConfigError
+from trainables.io import FINISHED, parse_shape, read_json, read_jsonl
+from trainables.tasks import DEFAULT, TASKS, Task, task_of
 
-CSS = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 80rem; padding: 0 1rem; color: #222; }
-header { border-bottom: 1px solid #ccc; margin-bottom: 1.5rem; }
-header p { color: #666; margin-top: 0; }
-section { margin-bottom: 2rem; }
-img { max-width: 100%; height: auto; }
-pre { background: #f6f6f6; padding: 0.75rem; overflow-x: auto; }
-.table-wrap { overflow-x: auto; }
-table { border-collapse: collapse; font-size: 0.85rem; }
-th, td { border: 1px solid #ddd; padding: 0.2rem 0.5rem; }
-th { background: #f0f0f0; position: sticky; top: 0; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.gallery { display: flex; flex-wrap: wrap; gap: 1rem; align-items: flex-start; }
-figure { margin: 0; max-width: min(100%, 40rem); }
-figcaption { font-size: 0.85rem; color: #555; }
-h3 { margin-bottom: 0.5rem; }
-"""
+GALLERY_TRIALS = 4  # trials whose attention figures a grid or search report shows, spread over the diversity measure
+SEARCH_COLUMNS = ["study", "candidate", "state", "feasible"]
 
 
-@dataclass
-class Section:
-    """One heading and exactly one body: `html` (trusted, inserted as is), `image_png` (+ `alt`), `table`, `text`."""
+def build(out: str | Path) -> Path:
+    """Write out/report.html (and a grid's phase_diagram.png) and return its path. ConfigError (naming DIR) when
+    `out` holds no headsweep output; then nothing is written."""
+    out = Path(out)
+    kind = detect(out)
+    cfg = _config(out / "config.yaml")
+    task = task_of(cfg) if cfg else TASKS[DEFAULT]
+    trials = [out] if kind == "train" else trial_dirs(out)
+    frame = _results(out, kind, trials)
+    finished = frame[frame["status"].isin(FINISHED)] if "status" in frame else frame
 
-    heading: str
-    html: str | None = None
-    image_png: bytes | None = None
-    alt: str = ""
-    table: pd.DataFrame | None = None
-    text: str | None = None
+    sections = [Section("Summary", html=_summary_html(kind, frame, task))]
+    if kind == "grid":
+        sections += _phase_diagram(out, finished, cfg, task)
+    elif (out / "best.csv").exists():
+        sections += _shape_search(out, frame, cfg, task)
+    elif (out / "min_diversity.csv").exists():
+        sections += _threshold_search(out, finished, cfg, task)
+    sections += _curves(trials, finished, task)
+    sections += _gallery(trials, kind, cfg, task)
+    if not frame.empty:
+        heading = "Result" if kind == "train" else "Results (one row per trial)"
+        sections.append(Section(heading, table=frame[_table_columns(out, frame, task)]))
+    if (out / "config.yaml").exists():
+        sections.append(Section("Config", text=(out / "config.yaml").read_text()))
+    name = (cfg or {}).get("name") or out.name
+    return write_report(out / "report.html", f"headsweep {kind}: {name}", sections)
 
-    def __post_init__(self) -> None:
-        bodies = [b for b in (self.html, self.image_png, self.table, self.text) if b is not None]
-        if len(bodies) != 1:
-            raise ValueError(f"section {self.heading!r} needs exactly one of html, image_png, table, text")
+
+def detect(out: Path) -> str:
+    """'train', 'grid' or 'search' from the files in `out`; ConfigError if it holds none of a verb's outputs."""
+    if not out.is_dir():
+        raise ConfigError("DIR", f"{out} is not a directory")
+    if (out / "results.csv").exists():
+        return "grid"
+    if any((out / f).exists() for f in ("trials.csv", "study.journal", "min_diversity.csv", "best.csv")):
+        return "search"
+    if (out / "result.json").exists() or (out / "metrics.jsonl").exists():
+        return "train"
+    if trial_dirs(out):
+        return "grid"  # a grid still running: its trials are there, results.csv not yet
+    raise ConfigError("DIR", f"{out} holds no headsweep output (result.json, metrics.jsonl, results.csv, trials.csv "
+                             "or trials/*/metrics.jsonl)")
 
 
-def write_report(path: str | os.PathLike, title: str, sections: list[Section]) -> Path:
-    """Render `sections` in order under a header with `title` and the generation time; write atomically."""
-    path = Path(path)
-    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    document = "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        '<head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html.escape(title)}</title>",
-        f"<style>{CSS}</style></head>",
-        "<body>",
-        f"<header><h1>{html.escape(title)}</h1><p>Generated {generated}</p></header>",
-        *(render_section(s) for s in sections),
-        "</body></html>",
-        "",
-    ])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
+def trial_dirs(out: Path) -> list[Path]:
+    """Trial directories of a grid or search: trials/<name>/ holding a metrics.jsonl."""
+    return sorted(path.parent for path in out.glob("trials/*/metrics.jsonl"))
+
+
+def _config(path: Path) -> dict | None:
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def _results(out: Path, kind: str, trials: list[Path]) -> pd.DataFrame:
+    """One row per trial: results.csv / trials.csv when there, else each trial's result.json."""
+    for table in ("results.csv", "trials.csv"):
+        if kind != "train" and (out / table).exists():
+            return pd.read_csv(out / table)
+    rows = [{"trial": trial.name} | read_json(trial / "result.json") for trial in trials
+            if (trial / "result.json").exists()]
+    return pd.DataFrame(rows)
+
+
+def _summary_html(kind: str, frame: pd.DataFrame, task: Task) -> str:
+    if frame.empty or "status" not in frame.columns:
+        return "<p>No finished trial yet.</p>"
+    if kind == "train":
+        row = frame.iloc[0]
+        fields = [f"{k} = {row[k]:.3f}" for k in task.headline if isinstance(row.get(k), float)]
+        return f"<p>Status: {row['status']}; " + ", ".join(fields) + ".</p>"
+    counts = frame["status"].value_counts().to_dict()
+    return f"<p>{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items()) + ".</p>"
+
+
+def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, task: Task) -> list[Section]:
+    """The sweep's phase diagram, drawn from the results and written to phase_diagram.png beside them; the saved
+    picture when the results cannot be drawn (a grid from another version, a column missing)."""
+    sweep = (cfg or {}).get("sweep") or {}
+    keys = [axis["key"] for axis in sweep.get("axes", [])]
+    diagram = sweep.get("phase_diagram", {})
+    x = diagram.get("x") or (keys[0] if keys else None)
+    y = diagram.get("y") or (keys[1] if len(keys) > 1 else None)
+    metric, level = diagram.get("metric") or task.success_metric, diagram.get("ratio_level") or None
+    if x in keys and y in keys and len(finished):
+        try:
+            figure = figures.phase_diagram(finished, x, y, metric, ratio_level=level, ratio_metric=task.diversity_axis,
+                                           ratio_label=task.short_names.get(task.diversity_axis, ""),
+                                           panels=[k for k in keys if k not in (x, y)])
+        except ValueError:
+            figure = None
+        if figure is not None:
+            figures.save_png(figure, out / "phase_diagram.png")
+            return [Section(f"Phase diagram: mean {metric} over seeds", image_png=figures.png_bytes(figure),
+                            alt=f"phase diagram of {metric} over {x} and {y}")]
+    if (out / "phase_diagram.png").exists():
+        return [Section("Phase diagram", image_png=(out / "phase_diagram.png").read_bytes(), alt="phase diagram")]
+    return []
+
+
+def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) -> list[Section]:
+    """min_diversity.csv, the search's traces over the phase diagram of what it evaluated, and the diversity measure
+    at diversity* per slice beside the theory's reference value."""
+    search = cfg.get("search") or {}
+    minimal = pd.read_csv(out / "min_diversity.csv")
+    sections = [Section("Minimal diversity for OOD generalization (min_diversity.csv)", table=minimal)]
+    slice_keys = [axis["key"] for axis in search.get("slices", [])]
+    knob, metric = search.get("knob", {}).get("key"), search.get("success", {}).get("metric", task.success_metric)
+    if not slice_keys or finished.empty:
+        return sections
     try:
-        partial.write_text(document, encoding="utf-8")
-        os.replace(partial, path)  # readers (a browser, a test) never see half a report
-    finally:
-        partial.unlink(missing_ok=True)
-    return path
+        figure = figures.phase_diagram(finished, slice_keys[0], knob, metric, panels=slice_keys[1:])
+        figures.search_traces(figure, finished, minimal, slice_keys, knob)
+        sections.append(Section("Search traces over the points they evaluated (numbers: evaluation order; star: "
+                                "diversity*)", image_png=figures.png_bytes(figure), alt="search traces"))
+        axis = task.diversity_axis
+        if axis in minimal and minimal[axis].notna().any():
+            theory = _theory(cfg, minimal, slice_keys, axis)
+            sections.append(Section(f"Measured threshold: {axis} at diversity* (dashed: the theory's scale)",
+                                    image_png=figures.png_bytes(figures.threshold(minimal, slice_keys, axis, theory)),
+                                    alt=f"{axis} at the minimal diversity"))
+    except (KeyError, ValueError) as e:  # a table this code does not know: say so, keep the rest
+        sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
+    return sections
 
 
-def render_section(section: Section) -> str:
-    if section.html is not None:
-        body = section.html
-    elif section.image_png is not None:
-        body = image_tag(section.image_png, section.alt)
-    elif section.table is not None:
-        body = render_table(section.table)
-    else:
-        body = f"<pre>{html.escape(section.text)}</pre>"
-    return f"<section><h2>{html.escape(section.heading)}</h2>\n{body}\n</section>"
+def _shape_search(out: Path, trials: pd.DataFrame, cfg: dict, task: Task) -> list[Section]:
+    """best.csv and, for a search that minimised a metric: every candidate's objective against the diversity
+    measure, the search's progress, and the best distributions against the reference's."""
+    search = cfg.get("search") or {}
+    best = pd.read_csv(out / "best.csv")
+    reference = ", ".join(f"{k}={v}" for k, v in (search.get("reference") or {}).items()) or "none"
+    metric = search.get("minimize")
+    sections = [Section(f"Lowest {metric} that generalizes, per slice (best.csv; reference: {reference})", table=best)]
+    for column in ("q", "reference q"):
+        if column in best.columns:
+            best[column] = best[column].map(parse_shape)
+    slice_keys = [axis["key"] for axis in search.get("slices", [])]
+    success = search.get("success", {})
+    min_rate = success.get("min_seeds", 1) / max(1, len(success.get("seeds", [0])))
+    try:
+        if "feasible" in trials.columns and trials["feasible"].notna().any():
+            theory = _theory(cfg, best, slice_keys, task.diversity_axis)
+            sections += [
+                Section(f"Every candidate: {metric} against {task.diversity_axis} (filled: generalizes; star: best; "
+                        "diamond: reference; dashed: the theory's scale)",
+                        image_png=figures.png_bytes(figures.shape_cost(trials, best, metric, task.diversity_axis,
+                                                                       slice_keys, theory, min_rate)),
+                        alt=f"{metric} against {task.diversity_axis}"),
+                Section("Search progress: best feasible value after each evaluation (dashed: reference)",
+                        image_png=figures.png_bytes(figures.shape_progress(trials, best, metric, slice_keys)),
+                        alt="search progress")]
+        if "q" in best.columns and best["q"].map(lambda q: isinstance(q, dict)).any():
+            sections.append(Section("Best distribution found (bars) against the reference (line)",
+                                    image_png=figures.png_bytes(figures.shapes(best, slice_keys, "value")),
+                                    alt="best distributions"))
+    except (KeyError, ValueError) as e:
+        sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
+    return sections
 
 
-def image_tag(png: bytes, alt: str) -> str:
-    """An <img> with the PNG inlined as a data URI (the report links nothing)."""
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+def _theory(cfg: dict, rows: pd.DataFrame, slice_keys: list[str], metric: str) -> list[float | None]:
+    """The task's reference value of `metric` for each row's slice (None where the theory says nothing)."""
+    base = config.to_dict(config.from_layers([_without_sections(cfg)], check_device=False))
+    values = []
+    for _, row in rows.iterrows():
+        point = {key: _plain(row[key]) for key in slice_keys}
+        try:
+            slice_cfg = config.with_point(base, point, check_device=False)
+            values.append(task_of(slice_cfg).theory(slice_cfg.task).get(metric))
+        except ConfigError:
+            values.append(None)
+    return values
 
 
-def gallery(figures: list[tuple[bytes, str]], heading: str | None = None) -> str:
-    """Trusted HTML for a Section: PNG figures side by side, each with its (escaped) caption, under an optional
-    <h3> heading."""
-    items = "".join(f"<figure>{image_tag(png, caption)}<figcaption>{html.escape(caption)}</figcaption></figure>"
-                    for png, caption in figures)
-    title = f"<h3>{html.escape(heading)}</h3>" if heading else ""
-    return f'{title}<div class="gallery">{items}</div>'
+def _curves(trials: list[Path], finished: pd.DataFrame, task: Task) -> list[Section]:
+    """Final headline metrics against the diversity measure (several trials), and curves over steps when trials
+    evaluated more than once."""
+    sections = []
+    axis = task.diversity_axis
+    shown = [m for m in task.headline if not m.startswith("data/") and m in finished.columns]
+    if len(trials) > 1 and axis in finished.columns and shown and len(finished):
+        x = pd.to_numeric(finished[axis], errors="coerce").to_numpy()
+        figure = figures.against(x, {m: pd.to_numeric(finished[m], errors="coerce").to_numpy() for m in shown},
+                                 task.diversity_label or axis)
+        sections.append(Section(f"Final metrics against {axis}, one point per trial", image_png=figures.png_bytes(figure),
+                                alt=f"final metrics against {axis}"))
+    runs = {trial.name: read_jsonl(trial / "metrics.jsonl") for trial in trials}
+    runs = {name: records for name, records in runs.items() if records}
+    if not runs or (len(runs) > 1 and max(len(records) for records in runs.values()) < 2):
+        return sections  # one evaluation per trial (the one-step model): the scatter above says it all
+    if len(runs) == 1:
+        figure = figures.curves(runs, task.curve_metrics)
+        return sections + [Section("Learning curves (metrics.jsonl)", image_png=figures.png_bytes(figure),
+                                   alt="loss and accuracy over training steps")]
+    colours = {name: records[-1].get(axis) for name, records in runs.items()}
+    figure = figures.curves(runs, task.curve_metrics, colour_by=colours, colour_label=task.diversity_label or axis)
+    return sections + [Section(f"Learning curves of {len(runs)} trials, coloured by {axis}",
+                               image_png=figures.png_bytes(figure),
+                               alt="loss and accuracy over training steps, one line per trial")]
 
 
-def render_table(frame: pd.DataFrame) -> str:
-    """Escaped HTML table; numbers to 3 decimals except whole-number key columns (lengths, seeds); NaN as an en dash."""
-    if not isinstance(frame.index, pd.RangeIndex):
-        frame = frame.reset_index()  # a meaningful index (e.g. after groupby) becomes visible columns
-    whole = {c for c in frame.columns if _all_whole(c, frame[c])}
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    rows = []
-    for record in frame.itertuples(index=False):
-        cells = "".join(_cell(v, c in whole) for c, v in zip(frame.columns, record))
-        rows.append(f"<tr>{cells}</tr>")
-    return (f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>\n'
-            f"<tbody>\n" + "\n".join(rows) + "\n</tbody></table></div>")
+def _gallery(trials: list[Path], kind: str, cfg: dict | None, task: Task) -> list[Section]:
+    """Every figure of the chosen trials' attention.npz: all of a train run; a few trials of a grid or search,
+    spread from the most to the least diverse."""
+    with_arrays = [t for t in trials if (t / "attention.npz").exists()]
+    if not with_arrays:
+        return []
+    chosen = with_arrays if kind == "train" else _spread(with_arrays, task.diversity_axis)
+    parts = []
+    for trial in chosen:
+        with np.load(trial / "attention.npz") as npz:
+            arrays = dict(npz)
+        trial_cfg = _config(trial / "config.yaml") or cfg
+        if trial_cfg is None:
+            continue
+        result = read_json(trial / "result.json") or {}
+        facts = ", ".join(f"{k} = {result[k]:.3f}" for k in (task.success_metric, task.diversity_axis)
+                          if isinstance(result.get(k), float))
+        drawn = [(figures.png_bytes(figure), key) for key, figure in readouts.trial_figures(trial_cfg, arrays).items()]
+        heading = None if kind == "train" else trial.name + (f" ({facts})" if facts else "")
+        parts.append(gallery(drawn, heading))
+    title = "Attention gallery (attention.npz)" if kind == "train" else \
+        f"Attention gallery: {len(chosen)} of {len(with_arrays)} trials, from most to least diverse"
+    return [Section(title, html=f"<p>{html.escape(task.figure_note)}</p>\n" + "\n".join(parts))]
 
 
-def _cell(value, whole: bool) -> str:
-    if _is_missing(value):
-        return f'<td class="num">{MISSING}</td>'
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        text = str(int(value)) if whole else f"{float(value):.{DECIMALS}f}"
-        return f'<td class="num">{text}</td>'
-    return f"<td>{html.escape(str(value))}</td>"
+def _spread(trials: list[Path], axis: str) -> list[Path]:
+    """Up to GALLERY_TRIALS trials evenly spread over the diversity measure, most diverse (smallest) first."""
+    def measure(trial: Path) -> float:
+        records = read_jsonl(trial / "metrics.jsonl")
+        value = records[-1].get(axis) if records else None
+        return value if value is not None else float("inf")
+
+    ordered = sorted(trials, key=lambda t: (measure(t), t.name))
+    if len(ordered) <= GALLERY_TRIALS:
+        return ordered
+    picks = np.linspace(0, len(ordered) - 1, GALLERY_TRIALS).round().astype(int)
+    return [ordered[i] for i in dict.fromkeys(picks.tolist())]
 
 
-def _is_missing(value) -> bool:
-    if value is None or value is pd.NA or value is pd.NaT:
-        return True
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isnan(value)
+def _table_columns(out: Path, frame: pd.DataFrame, task: Task) -> list[str]:
+    """Swept keys and the trial's name first (a search's study, candidate and state too), then the task's table
+    columns that are present, then the error if any trial has one."""
+    swept = [c for c in frame.columns if "." in c and "/" not in c]
+    first = [c for c in SEARCH_COLUMNS if c in frame.columns] + swept
+    first += [c for c in ("seed", "trial") if c in frame.columns and c not in swept]
+    if not (out / "trials").is_dir():
+        first = [c for c in first if c != "trial"]  # a train dir: the row is the run itself
+    metrics = [c for c in (*task.table_columns, "status", "steps", "seconds") if c in frame.columns]
+    error = ["error"] if "error" in frame.columns and frame["error"].fillna("").astype(str).str.len().any() else []
+    return list(dict.fromkeys(first + metrics + error))
 
 
-def _all_whole(name, column: pd.Series) -> bool:
-    """Integer columns, and float columns of whole numbers that are not `split/name` metrics: CSV turns an int column
-    with a NaN into floats, and "low = 3.000" reads worse than "3"; a metric column stays at 3 decimals (1.000)."""
-    if pd.api.types.is_bool_dtype(column) or not pd.api.types.is_numeric_dtype(column):
-        return False
-    if pd.api.types.is_integer_dtype(column):
-        return True
-    values = column.dropna()
-    return "/" not in str(name) and len(values) > 0 and bool((values == values.round()).all())
+def _without_sections(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if k not in config.ORCHESTRATION_SECTIONS}
+
+
+def _plain(value):
+    """A CSV cell as a config value: 4.0 -> 4 (integer columns with a gap come back as floats), numpy -> Python."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+

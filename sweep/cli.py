@@ -1,19 +1,21 @@
-"""`headsweep <verb> CONFIG [key=value ...] --out DIR`.
+"""`headsweep <verb> CONFIG [key=value ...] --out DIR`: train, grid, search, report and dashboard.
 
-Bad input (unknown key, wrong type, impossible lengths, a GPU that is not there) is one line on stderr naming the key
-and the reason, exit code 2, and nothing written.
+Bad input (unknown key, wrong type, impossible values, a GPU that is not there) is one line on stderr naming the key
+and the reason, exit code 2, and nothing written. Heavy imports (torch, Ray, Optuna, W&B) happen inside the verbs,
+so `--help` and argument errors answer at once.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import re
 import sys
 from pathlib import Path
 
-from sweep import report_cli
 from trainables.errors import ConfigError
 
 EXIT_BAD_INPUT = 2
+# W&B entity and project names: no slashes, spaces or URL syntax (the server rejects them, after the network trip).
+_WANDB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
     train = verbs.add_parser("train", help="train one model and write config.yaml, metrics.jsonl, result.json, attention.npz")
     train.add_argument("config", help="YAML file in configs/ (its keys override the schema's defaults)")
-    train.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. task.lengths.low=3 seed=1")
+    train.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. seed=1 eval.every=100")
     train.add_argument("--out", required=True, type=Path, help="output directory (created; re-running resumes)")
 
     grid = verbs.add_parser("grid", help="run every point of the config's sweep section as a Ray Tune trial")
@@ -44,7 +46,17 @@ def _parser() -> argparse.ArgumentParser:
                                           "DIR/study.journal)")
     search.add_argument("--extend", type=int, default=0, help="add N completed trials to each slice's budget")
     search.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
-    report_cli.add_parsers(verbs)
+
+    report = verbs.add_parser("report", help="(re)build report.html of a train, grid or search output dir")
+    report.add_argument("dir", type=Path, metavar="DIR", help="an output dir of headsweep train, grid or search")
+
+    dashboard = verbs.add_parser("dashboard", help="build the W&B workspace and report (JSON; --push saves)")
+    dashboard.add_argument("--entity", required=True, help="W&B entity (user or team) that owns the project")
+    dashboard.add_argument("--project", required=True, help="W&B project of the runs (logging.project)")
+    dashboard.add_argument("--group", help="only the runs of this experiment (W&B group = config name)")
+    dashboard.add_argument("--task", help="whose panels (task.name of the runs; default: the first registered task)")
+    dashboard.add_argument("--push", action="store_true", help="save them to W&B (needs login and network)")
+    dashboard.add_argument("--out", required=True, type=Path, help="directory for workspace.json, report.json")
     return parser
 
 
@@ -62,24 +74,27 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
-        return {"train": _train, "grid": _grid, "search": _search,
-                "report": report_cli.report, "dashboard": report_cli.dashboard}[args.verb](args)
+        return {"train": _train, "grid": _grid, "search": _search, "report": _report,
+                "dashboard": _dashboard}[args.verb](args)
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
 def _train(args) -> int:
-    from trainables import config as config_module
+    from dashboards import report
+    from trainables import config
+    from trainables.io import claim_out, read_json
     from trainables.logger import trial_logger
+    from trainables.tasks import task_of
     from trainables.train import save, train
 
-    cfg = config_module.load(args.config, args.overrides)
-    resolved = config_module.to_yaml(cfg)
-    out = args.out
-    _check_out_is_ours(out, resolved)
+    cfg = config.load(args.config, args.overrides)
+    resolved = config.to_yaml(cfg)
+    out, headline = args.out, task_of(cfg).headline
+    claim_out(out, resolved)
     if (out / "result.json").exists():
-        print(f"already finished: {_summary(json.loads((out / 'result.json').read_text()))}  [{out}]")
+        print(f"already finished: {_summary(read_json(out / 'result.json'), headline)}  [{out}]")
         return 0
 
     out.mkdir(parents=True, exist_ok=True)
@@ -89,85 +104,63 @@ def _train(args) -> int:
         result = train(cfg, logger)
         logger.summary(result.metrics)
     save(result, out)
-    print(f"{_summary(result.metrics)}  [{out}]")
+    report.build(out)
+    print(f"{_summary(result.metrics, headline)}  [{out}]")
     return 0
 
 
 def _grid(args) -> int:
-    from sweep import grid_outputs, results, space, tuner
+    from sweep import grid
 
-    base, sweep, points = space.load_sweep(args.config, args.overrides)
-    resolved = space.to_yaml(base, sweep)
-    out = args.out
-    _check_out_is_ours(out, resolved)
-    tuner.connect(args.address)
-    tuner.check_resources(sweep.resources)
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(resolved)
-    errors = {}
-    try:
-        errors = results.tune_errors(tuner.run(base, sweep, points, out))
-    finally:  # even when interrupted: what finished is in results.csv
-        frame = results.collect(tuner.members(points, out), errors)
-        grid_outputs.write(out, frame, base, sweep, resolved)
-    counts = frame["status"].value_counts().to_dict()
-    print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-          + f"  [{out / 'results.csv'}, {out / 'report.html'}]")
-    return 1 if set(counts) & {"error", "unfinished"} else 0
+    return grid.run(args.config, args.overrides, args.out, args.address)
 
 
 def _search(args) -> int:
-    from omegaconf import OmegaConf
+    from sweep import search
 
-    from sweep import best_outputs, search_loop, search_outputs, tuner
-    from sweep import search as searching
-    from trainables import config as config_module
+    return search.run(args.config, args.overrides, args.out, args.study, args.storage, args.extend, args.address)
 
-    if args.extend < 0:
-        raise ConfigError("--extend", f"must be >= 0, got {args.extend}")
-    base, search = searching.load_search(args.config, args.overrides)
-    all_slices = searching.slices(base, search, args.study or base.name)
-    resolved = config_module.to_yaml(base) + OmegaConf.to_yaml({"search": OmegaConf.structured(search)})
-    out = args.out
-    _check_out_is_ours(out, resolved)
-    storage = searching.storage_for(args.storage, out.resolve()) if args.storage else None  # checked before Ray
-    tuner.connect(args.address)
-    tuner.check_resources(search.resources)
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(resolved)
-    storage = storage or searching.storage_for(None, out.resolve())
-    studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
-    try:
-        search_loop.run(base, search, all_slices, studies, out, args.extend)
-    finally:  # even when interrupted: what finished is in the tables and the report
-        trials = search_outputs.trial_rows(studies, all_slices, search, out)
-        if search.minimize:
-            table, name = best_outputs.best_rows(studies, all_slices, search, base, out), "best.csv"
-            best_outputs.write(out, base, search, trials, table, resolved)
-        else:
-            table, name = search_outputs.min_diversity_rows(studies, all_slices, search, out), "min_diversity.csv"
-            search_outputs.write(out, base, search, trials, table, resolved)
-    shapes = [c for c in ("q", "reference q") if c in table.columns]
-    print(table.drop(columns=["study", *shapes]).to_string(index=False))
-    print(f"[{out / name}, {out / 'report.html'}]")
+def _report(args) -> int:
+    from dashboards import report
+
+    print(report.build(args.dir))
     return 0
 
 
-def _check_out_is_ours(out: Path, resolved: str) -> None:
-    """Re-running the same command on the same --out resumes; another config there would mix two experiments."""
-    if (out / "config.yaml").exists() and (out / "config.yaml").read_text() != resolved:
-        raise ConfigError("--out", f"{out} holds the results of a different config; choose another directory")
+def _dashboard(args) -> int:
+    from trainables.logger import resolve_wandb_mode
+    from trainables.tasks import DEFAULT, TASKS
+
+    for flag, value in (("--entity", args.entity), ("--project", args.project)):
+        if not _WANDB_NAME.match(value):
+            raise ConfigError(flag, f"{value!r} is not a W&B name (letters, digits, '_', '-', '.'; no slashes)")
+    if args.group is not None and not args.group.strip():
+        raise ConfigError("--group", "must not be empty")
+    task = TASKS.get(args.task or DEFAULT)
+    if task is None:
+        raise ConfigError("--task", f"must be one of {', '.join(TASKS)}, got {args.task!r}")
+    if args.push:
+        mode, why = resolve_wandb_mode("online")
+        if mode != "online":  # before building anything: a push that cannot happen writes nothing
+            raise ConfigError("--push", f"cannot reach W&B ({why}); run without --push to write the JSON specs")
+
+    from dashboards import workspace
+
+    paths = workspace.write_specs(args.out, task, args.entity, args.project, args.group)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    if args.push:
+        urls = workspace.push(task, args.entity, args.project, args.group)
+        print(f"saved workspace: {urls['workspace']}\nsaved report: {urls['report']}")
+    return 0
 
 
-def _summary(m: dict) -> str:
+def _summary(metrics: dict, headline: tuple[str, ...]) -> str:
     def fmt(key: str) -> str:
-        value = m.get(key)
+        value = metrics.get(key)
         return f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
 
-    keys = ("ood/acc", "id/acc", "ood/pseudo_rate", "mech/induction_score", "data/max_sum_ratio", "status", "steps")
-    return " ".join(fmt(k) for k in keys) + f" ({m['seconds']:.1f} s)"
+    return " ".join(fmt(k) for k in (*headline, "status", "steps")) + f" ({metrics['seconds']:.1f} s)"
 
 
 if __name__ == "__main__":

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from trainables import config
 from trainables.errors import ConfigError
+from trainables.io import read_json
+from trainables.tasks import task_of
 
 
 @dataclass
 class AxisConfig:
     """One swept key: explicit values, or an inclusive integer range [low, high] (with an optional step)."""
 
-    key: str = "???"  # dotted config key, e.g. task.lengths.low
+    key: str = "???"  # dotted config key
     values: list[Any] = field(default_factory=list)
     range: list[int] = field(default_factory=list)  # [low, high] or [low, high, step], both ends included
 
@@ -39,12 +39,12 @@ class ResourcesConfig:
 
 @dataclass
 class PhaseDiagramConfig:
-    """Which two axes the phase diagram plots (others become panels) and the R contour drawn on top."""
+    """Which two axes the phase diagram plots (others become panels) and the contour drawn on top."""
 
-    x: str = "task.lengths.low"
-    y: str = "task.lengths.high"
-    metric: str = "ood/acc"
-    ratio_level: float = 0.0  # contour of data/max_sum_ratio at this level; 0 draws none
+    x: str = ""  # a swept key; "" = the first axis
+    y: str = ""  # a swept key; "" = the second axis
+    metric: str = ""  # "" = the task's success metric
+    ratio_level: float = 0.0  # contour of the task's diversity measure (e.g. the max-sum ratio R) here; 0: none
 
 
 @dataclass
@@ -65,16 +65,13 @@ _TERM = re.compile(r"\s*([+-]?)\s*([A-Za-z_][\w.]*|\d+(?:\.\d+)?)\s*")
 
 def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, SweepConfig, list[dict[str, Any]]]:
     """The base trial config, the sweep section and its points, all validated. `sweep.*` overrides go to the sweep."""
-    layers = config.read_layers(path, overrides)
-    base = config.load(path, [o for o in overrides if not o.startswith("sweep.")], check_device=False)
-    sections = [OmegaConf.create(layer["sweep"]) for layer in layers if "sweep" in layer]
-    sweep = OmegaConf.to_object(config.merge_checked(SweepConfig(), sections, prefix="sweep."))
-    return base, sweep, points(base, sweep)
-
-
-def to_yaml(base: config.Config, sweep: SweepConfig) -> str:
-    """The resolved grid config: the base trial config plus its sweep section."""
-    return config.to_yaml(base) + OmegaConf.to_yaml({"sweep": OmegaConf.structured(sweep)})
+    base, sweep = config.load_section(path, overrides, "sweep", SweepConfig)
+    result = points(base, sweep)
+    keys, diagram = [axis.key for axis in sweep.axes], sweep.phase_diagram  # resolved, so config.yaml says what it draws
+    diagram.x = diagram.x or keys[0]
+    diagram.y = diagram.y or (keys[1] if len(keys) > 1 else "")
+    diagram.metric = diagram.metric or task_of(base).success_metric
+    return base, sweep, result
 
 
 def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
@@ -126,7 +123,7 @@ def parse_constraint(text: str, keys: list[str], where: str):
     """'A op B' where A and B are sums and differences of swept keys and numbers, e.g. 'low + width <= 17'."""
     match = _CONSTRAINT.match(text)
     if not match:
-        raise ConfigError(where, f"cannot read {text!r}; write e.g. 'task.lengths.low < task.lengths.high'")
+        raise ConfigError(where, f"cannot read {text!r}; write e.g. 'a.b < c.d + 2'")
     left, op, right = match.groups()
     a, b, compare = parse_sum(left, keys, where), parse_sum(right, keys, where), _COMPARE[op]
     return lambda point: compare(a(point), b(point))
@@ -150,8 +147,18 @@ def parse_sum(text: str, keys: list[str], where: str):
         raise ConfigError(where, "an empty side")
     return lambda point: sum(term(point) for term in terms)
 
+def trial_dir(out: Path, point: dict[str, Any]) -> Path:
+    """Where the trial of `point` writes its outputs: out/trials/<point id>, absolute (Tune trials chdir)."""
+    return (Path(out) / "trials" / point_id(point)).resolve()
+
+
+def read_result(point: dict[str, Any], out: Path) -> dict | None:
+    """The result.json of the trial of `point` under out/trials, or None if it never finished."""
+    return read_json(trial_dir(out, point) / "result.json")
+
+
 def point_id(point: dict[str, Any]) -> str:
-    """A readable, filesystem-safe, unique name: 'low=3,high=15,n_triggers=4,seed=0' from the keys' last parts
+    """A readable, filesystem-safe, unique name: 'low=3,high=15,seed=0' from the keys' last parts
     (the full dotted key where last parts would collide). Lists read 'weights=1_0.5_0'; a name past 120 characters
     is cut and ends in a hash of the whole point, so it stays unique and within filesystem limits."""
     short = [key.rsplit(".", 1)[-1] for key in point]

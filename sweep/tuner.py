@@ -1,7 +1,7 @@
-"""Ray Tune wiring for `headsweep grid`: cluster, resources, failure handling, restore.
+"""Ray Tune wiring for grids and searches: cluster, resources, failure handling, restore, progress.
 
 Ray starts in-process on this machine unless an address is given (`--address`, or RAY_ADDRESS as set by
-`ray job submit`). Each grid point is one Tune trial of trainables.trainable.run_trial.
+`ray job submit`). Each point is one Tune trial of trainables.trainable.run_trial.
 """
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ from pathlib import Path
 import ray
 from ray import tune
 
+from sweep.space import point_id, trial_dir
 from trainables import config
 from trainables.errors import ConfigError
+from trainables.tasks import task_of
 from trainables.trainable import run_trial
-from sweep.space import point_id
 
 EXPERIMENT = "grid"
-PROGRESS_COLUMNS = {"ood/acc": "ood/acc", "id/acc": "id/acc", "mech/induction_score": "induction",
-                    "data/max_sum_ratio": "R", "step": "step"}
 
 
 def connect(address: str | None) -> None:
@@ -49,8 +48,16 @@ def check_resources(resources) -> None:
 
 
 def members(points: list[dict], out: Path, job_type: str = "grid") -> list[dict]:
-    return [{"point": point, "dir": str((out / "trials" / point_id(point)).resolve()), "job_type": job_type}
-            for point in points]
+    return [{"point": point, "dir": str(trial_dir(out, point)), "job_type": job_type} for point in points]
+
+
+def errors(grid: tune.ResultGrid) -> dict[str, str]:
+    """point id -> the last line of the error of every Tune trial that ended in error."""
+    found = {}
+    for result in grid:
+        if result.error is not None:
+            found[result.config["trial"]] = (str(result.error).strip().splitlines() or ["error"])[-1][:500]
+    return found
 
 
 def run(base: config.Config, sweep, points: list[dict], out: Path, experiment: str = EXPERIMENT,
@@ -90,7 +97,8 @@ def run(base: config.Config, sweep, points: list[dict], out: Path, experiment: s
                 storage_path=str(experiment.parent),
                 failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                progress_reporter=tune.CLIReporter(metric_columns=PROGRESS_COLUMNS, parameter_columns=[],
+                progress_reporter=tune.CLIReporter(metric_columns=task_of(base).short_names | {"step": "step"},
+                                                   parameter_columns=[],
                                                    max_report_frequency=10),
                 verbose=1,  # the progress table only, not every trial's config and result
             ),

@@ -5,3 +5,10 @@ class ConfigError(ValueError):
     def __init__(self, key: str, reason: str):
         super().__init__(f"{key}: {reason}")
         self.key, self.reason = key, reason
+
+
+def require(*checks: tuple[str, bool, str]) -> None:
+    """Raise ConfigError(key, reason) for the first (key, ok, reason) whose ok is false."""
+    for key, ok, reason in checks:
+        if not ok:
+            raise ConfigError(key, reason)

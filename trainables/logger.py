@@ -23,7 +23,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, require
+from trainables.tasks import task_of
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 # WANDB_MODE values wandb itself accepts, mapped onto ours ("dryrun" and "run" are its old names).
@@ -43,7 +44,14 @@ class LoggingConfig:
     project: str = "headsweep"  # W&B project of the runs
     entity: str = ""  # W&B entity (user or team) of the runs; empty: the logged-in account's default
     mode: str = "auto"  # auto | online | offline | disabled; auto: WANDB_MODE, else online if logged in, else offline
-    tags: list[str] = field(default_factory=list)  # extra W&B tags, besides task, model, length family, OOD split
+    tags: list[str] = field(default_factory=list)  # extra W&B tags, besides the task's, the model's and the task's own
+
+    def validate(self) -> None:
+        require(
+            ("logging.media_every", self.media_every >= 0, "must be >= 0 (0 logs media only at the end)"),
+            ("logging.mode", self.mode in WANDB_MODES, f"must be one of {', '.join(WANDB_MODES)}"),
+            ("logging.project", bool(self.project.strip()), "must not be empty"),
+        )
 
 
 class Sink(Protocol):
@@ -125,7 +133,7 @@ def trial_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", grou
         mode, why = resolve_wandb_mode(cfg.logging.mode)
         if mode != "disabled":
             try:
-                sinks.append(WandbSink(out_dir, mode=mode, project=cfg.logging.project, entity=cfg.logging.entity,
+                sinks.append(WandbSink(out_dir, cfg, mode=mode, project=cfg.logging.project, entity=cfg.logging.entity,
                                        group=group or cfg.name, job_type=job_type, name=name or run_name(cfg),
                                        tags=default_tags(cfg) + list(cfg.logging.tags) + list(tags),
                                        config=flat_config(cfg), resume=resuming))
@@ -141,17 +149,18 @@ def trial_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", grou
 class WandbSink:
     """Mirrors one trial to one W&B run: every evaluation as history, media figures, an npz artifact, the summary.
 
-    The run lives in <trial dir>/wandb (WANDB_DIR, absolute). Images are drawn by trainables.media (W&B renders bare
+    The run lives in <trial dir>/wandb (WANDB_DIR, absolute). Images are drawn by the task's and the model's figures
+    (trainables.readouts.trial_figures; W&B renders bare
     float arrays black) and handed over as uint8 RGB. The diversity measures (`data/*`, constant in a trial) are
     also put in the run's config, so runs can be grouped and filtered by diversity. At close, the arrays of the last
     media call (the final readout) become an artifact `attention-<run id>` holding attention.npz.
     """
 
-    def __init__(self, out_dir: Path, *, mode: str, project: str, entity: str, group: str, job_type: str, name: str,
+    def __init__(self, out_dir: Path, cfg, *, mode: str, project: str, entity: str, group: str, job_type: str, name: str,
                  tags: list[str], config: dict, resume: bool = False):
         import wandb  # here, not at the top: logging.wandb=false must import nothing from wandb
 
-        self.wandb = wandb
+        self.wandb, self.cfg = wandb, cfg
         out_dir = Path(out_dir).resolve()
         run_id, resume = _run_id(out_dir / "wandb", resume)
         self.run = wandb.init(
@@ -175,11 +184,11 @@ class WandbSink:
         self.run.log(dict(metrics), step=step)
 
     def log_media(self, arrays: dict[str, np.ndarray], step: int) -> None:
-        from trainables import media  # matplotlib is imported only when a trial logs media
+        from trainables import figures, readouts  # matplotlib is imported only when a trial logs media
 
         images = {}
-        for key, figure in media.figures(arrays).items():
-            images[key] = self.wandb.Image(media.rgb(figure), caption=f"{key} at step {step}")
+        for key, figure in readouts.trial_figures(self.cfg, arrays).items():
+            images[key] = self.wandb.Image(figures.rgb(figure), caption=f"{key} at step {step}")
         self.arrays = arrays
         # W&B drops records at a step below the last one; a diverged run's readout belongs to an earlier step.
         self.step = max(self.step, step)
@@ -288,25 +297,10 @@ def flat_config(cfg) -> dict:
 
 
 def run_name(cfg) -> str:
-    """A readable run name from the config, e.g. l3-15_t4_s0: training lengths, trigger count, seed."""
-    parts = []
-    lengths = getattr(cfg.task, "lengths", None)
-    if lengths is not None:
-        parts.append({"uniform": f"l{lengths.low}-{lengths.high}",
-                      "power": f"p{lengths.low}-{lengths.high}^{lengths.exponent:g}",
-                      "optimal": f"opt{lengths.optimal_n or getattr(cfg.task, 'n_triggers', '')}",
-                      "weights": f"w{len(lengths.weights)}"}.get(lengths.family, lengths.family))
-    if hasattr(cfg.task, "n_triggers"):
-        parts.append(f"t{cfg.task.n_triggers}")
-    return "_".join(parts + [f"s{cfg.seed}"])
+    """A readable run name: the task's name for its data settings and the seed, e.g. l3-15_t4_s0."""
+    return f"{task_of(cfg).run_name(cfg.task)}_s{cfg.seed}"
 
 
 def default_tags(cfg) -> list[str]:
-    """Task, model, length family and OOD split: the slices reviewers filter W&B runs by."""
-    tags = [cfg.task.name, cfg.model.name]
-    lengths = getattr(cfg.task, "lengths", None)
-    if lengths is not None:
-        tags.append(f"lengths:{lengths.family}")
-    if hasattr(cfg.task, "ood_split"):
-        tags.append(f"ood:{cfg.task.ood_split}")
-    return tags
+    """The task's and the model's names and the task's own tags (e.g. length family, OOD split)."""
+    return [cfg.task.name, cfg.model.name, *task_of(cfg).tags(cfg.task)]

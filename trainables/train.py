@@ -1,15 +1,17 @@
-"""train(cfg, logger) -> Result: the one training loop, for the one-step model and the transformer alike.
+"""Training as small functions over a TrainState (in the style of big_vision's `update_fn(state, batch)`), and
+`train()`, the one loop that runs them for every task and model.
 
-A run is a list of phases (optimizer, steps, batch size). The one-step model's Algorithm 1 is two phases of a single
-plain gradient step each; the transformer is one phase of Adam. Every step draws a fresh training batch; every
-`eval.every` steps (and after the last) the model is measured on fixed ID and OOD sets drawn once up front.
+`init_state` builds the model, its phases and the data generators from the config's one seed; `step` takes one
+optimizer step on a batch; `evaluate` measures the model on the fixed evaluation sets; `checkpoint` and `restore`
+capture and reinstate everything a run changes, so a resumed run draws the same batches and ends in the same result.
+A run is the model's phases (models/: the one-step model's Algorithm 1 is two single steps of plain SGD; the
+transformer one phase of `optim`), every step on a fresh training batch; every `eval.every` steps (and after the
+last) the model is measured.
 """
 from __future__ import annotations
 
 import copy
-import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,24 +23,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from trainables import metrics
+from trainables import readouts
+from trainables.errors import require
+from trainables.io import atomic_write, write_json
 from trainables.logger import Logger
-from trainables.models import build_model
-from trainables.tasks.lengths import distribution, diversity_metrics
-from trainables.tasks.trigger_copy import Batch, sample, valid_pairs
-
-OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-
-
-@dataclass
-class OptimConfig:
-    """Gradient training of the transformer (the one-step model's Algorithm 1 is configured under `model`)."""
-
-    name: str = "adam"  # adam | adamw | sgd
-    lr: float = 1e-4  # learning rate
-    weight_decay: float = 0.0  # decoupled for adamw, L2 for adam and sgd
-    batch_size: int = 64  # fresh training sequences per step
-    max_steps: int = 20000  # training steps unless early stopping ends the run sooner
+from trainables.models import MODELS
+from trainables.optim import Phase
+from trainables.tasks import Batch, task_of
 
 
 @dataclass
@@ -47,18 +38,17 @@ class EvalConfig:
 
     every: int = 250  # evaluate every this many training steps, and after the last
     n_id: int = 1024  # in-distribution evaluation sequences (drawn once per run)
-    n_ood: int = 1024  # OOD evaluation sequences of task.ood_split (drawn once per run)
-    n_pairs_per_cell: int = 4  # final all_pairs evaluation: sequences per (l1, l2) cell of the accuracy matrix
+    n_ood: int = 1024  # sequences of each other evaluation split, e.g. the OOD one (drawn once per run)
     patience: int = 5  # stop after this many evaluations without a new best ID loss; 0 never stops early
-    threshold: float = 0.99  # ood/acc >= threshold counts as generalizing OOD (ood/success = 1)
+    threshold: float = 0.99  # the task's success metric >= threshold counts as generalizing OOD (ood/success = 1)
     n_examples: int = 4  # OOD sequences whose attention is saved in attention.npz
 
-
-@dataclass
-class Phase:
-    optimizer: torch.optim.Optimizer
-    steps: int
-    batch_size: int
+    def validate(self) -> None:
+        require(
+            *((f"eval.{k}", getattr(self, k) >= 1, "must be >= 1") for k in ("every", "n_id", "n_ood", "n_examples")),
+            ("eval.patience", self.patience >= 0, "must be >= 0 (0 never stops early)"),
+            ("eval.threshold", 0 < self.threshold <= 1, "must be in (0, 1]"),
+        )
 
 
 @dataclass
@@ -78,22 +68,43 @@ class EarlyStopping:
 
 
 @dataclass
+class TrainState:
+    """Everything training changes: what a checkpoint holds, and all `step` needs besides the batch."""
+
+    model: torch.nn.Module
+    phases: list[Phase]
+    generator: torch.Generator  # draws the training batches
+    stopper: EarlyStopping
+    step: int = 0  # optimizer steps taken
+    status: str = "completed"  # stays "completed" while running; early_stopped or diverged end the run early
+    loss_sum: float = 0.0  # training loss and hits over the scored positions since the last evaluation
+    hits: float = 0.0
+    count: int = 0
+
+    @property
+    def total_steps(self) -> int:
+        return sum(phase.steps for phase in self.phases)
+
+    def phase(self) -> Phase:
+        """The phase the next step belongs to."""
+        done = self.step
+        for phase in self.phases:
+            if done < phase.steps:
+                return phase
+            done -= phase.steps
+        return self.phases[-1]
+
+    def train_metrics(self) -> dict[str, float]:
+        """`train/loss` and `train/acc` since the last call, which starts a new window."""
+        metrics = {"train/loss": self.loss_sum / self.count, "train/acc": self.hits / self.count}
+        self.loss_sum, self.hits, self.count = 0.0, 0.0, 0
+        return metrics
+
+
+@dataclass
 class Result:
     metrics: dict[str, float | str]  # final metrics with flat `split/name` keys, plus status, steps, seconds
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # attention, accuracy matrix, W_KQ: attention.npz
-
-
-def training_phases(cfg, model: torch.nn.Module) -> list[Phase]:
-    m = cfg.model
-    if m.name == "one_step":
-        # Algorithm 1: from W_KQ = W_V = 0, one plain gradient step on W_V, then one on W_KQ at the new W_V, each on
-        # fresh samples. Plain SGD without momentum makes each step exactly W <- W - eta * grad.
-        return [
-            Phase(torch.optim.SGD([model.W_V], lr=m.eta_V), 1, m.n_samples_V),
-            Phase(torch.optim.SGD([model.W_KQ], lr=m.eta_KQ), 1, m.n_samples_KQ),
-        ]
-    o = cfg.optim
-    return [Phase(OPTIMIZERS[o.name](model.parameters(), lr=o.lr, weight_decay=o.weight_decay), o.max_steps, o.batch_size)]
 
 
 def seeded_generators(seed: int) -> tuple[int, torch.Generator, torch.Generator]:
@@ -109,141 +120,154 @@ def copy_generator(generator: torch.Generator) -> torch.Generator:
     return twin
 
 
-def train(cfg, logger: Logger | None = None, resume: dict | None = None,
-          on_checkpoint: Callable[[dict], None] | None = None) -> Result:
-    """Train one model as configured and return its final metrics and arrays. The config must be validated.
-
-    on_checkpoint receives the full training state after every finite evaluation (before that evaluation is logged);
-    train(cfg, resume=state) continues from it exactly: same batches, same optimizer moments, same result.
-    """
-    started = time.perf_counter() - (resume["seconds"] if resume else 0.0)
-    logger = logger or Logger()
-    device = torch.device(cfg.device)
-    task = cfg.task
+def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
+    """The model at initialisation with its phases, the fixed evaluation sets (`eval.n_id` sequences of the `id`
+    split, `eval.n_ood` of every other) and the evaluation generator, whose later draws feed the final readout."""
+    task, spec = task_of(cfg), MODELS[cfg.model.name]
     init_seed, train_generator, eval_generator = seeded_generators(cfg.seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
-        model = build_model(cfg.model, task.vocab_size, task.max_len).to(device)
-    eval_sets = {
-        "id": sample(task, cfg.eval.n_id, eval_generator, "train").to(device),
-        "ood": sample(task, cfg.eval.n_ood, eval_generator, task.ood_split).to(device),
+        model = spec.build(cfg.model, *task.dims(cfg.task)).to(cfg.device)
+    eval_sets = {prefix: task.sample(cfg.task, cfg.eval.n_id if prefix == "id" else cfg.eval.n_ood, eval_generator,
+                                     split).to(cfg.device)
+                 for prefix, split in task.eval_splits(cfg.task).items()}
+    state = TrainState(model, spec.phases(cfg.model, cfg.optim, model), train_generator,
+                       EarlyStopping(cfg.eval.patience))
+    return state, eval_sets, eval_generator
+
+
+def scored(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, N) logits and (M,) targets at the positions the batch scores (its query, or where loss_mask)."""
+    if batch.query is not None:  # the model ran at the query only: logits (B, N)
+        return logits, batch.scored_targets()
+    return logits[batch.loss_mask], batch.scored_targets()
+
+
+def step(state: TrainState, batch: Batch) -> bool:
+    """One optimizer step of the current phase on `batch`. False, with nothing changed, when the loss is not finite."""
+    phase = state.phase()
+    state.model.train()
+    logits, _ = state.model.run_with_cache(batch.tokens, batch.query)
+    logits, targets = scored(logits, batch)
+    loss = F.cross_entropy(logits, targets)
+    if not torch.isfinite(loss):
+        return False
+    phase.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    phase.optimizer.step()
+    state.step += 1
+    state.loss_sum += loss.item() * len(targets)
+    state.hits += (logits.argmax(-1) == targets).sum().item()
+    state.count += len(targets)
+    return True
+
+
+def loss_and_accuracy(logits: torch.Tensor, targets: torch.Tensor, prefix: str) -> dict[str, float]:
+    """Mean cross-entropy (in float64) and argmax accuracy of (M, N) logits against (M,) targets."""
+    return {
+        f"{prefix}/loss": F.cross_entropy(logits.double(), targets).item(),
+        f"{prefix}/acc": (logits.argmax(-1) == targets).double().mean().item(),
     }
-    data_metrics = diversity_metrics(distribution(task.lengths, task.n_triggers))
-
-    phases = training_phases(cfg, model)
-    schedule = [phase for phase in phases for _ in range(phase.steps)]
-    status, stopper, done = "completed", EarlyStopping(cfg.eval.patience), 0
-    if resume:
-        model.load_state_dict(resume["model"])
-        for phase, state in zip(phases, resume["optimizers"]):
-            phase.optimizer.load_state_dict(state)
-        train_generator.set_state(resume["train_generator"])
-        stopper, status, done = EarlyStopping(**resume["stopper"]), resume["status"], resume["step"]
-    # The run's result is its last finite evaluation; a diverged run falls back to it (or to initialisation).
-    finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), done, resume and resume["metrics"]
-    train_losses, train_hits, train_count = 0.0, 0.0, 0
-    bar = tqdm(total=len(schedule), initial=done, desc=cfg.name, unit="step", disable=not sys.stderr.isatty(), leave=False)
-    for step, phase in enumerate(schedule[done:] if status == "completed" else [], start=done + 1):
-        model.train()
-        batch = sample(task, phase.batch_size, train_generator).to(device)
-        logits, _ = model(batch.tokens, batch.query)  # (B, N) at the query
-        loss = F.cross_entropy(logits, batch.targets)
-        if not torch.isfinite(loss):
-            status = "diverged"
-            break
-        phase.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        phase.optimizer.step()
-        train_losses += loss.item() * len(batch.targets)
-        train_hits += (logits.argmax(-1) == batch.targets).sum().item()
-        train_count += len(batch.targets)
-        bar.update()
-
-        if step % cfg.eval.every == 0 or step == len(schedule):
-            latest = {"train/loss": train_losses / train_count, "train/acc": train_hits / train_count}
-            latest |= evaluate(model, eval_sets, cfg) | data_metrics
-            train_losses, train_hits, train_count = 0.0, 0.0, 0
-            if math.isfinite(latest["id/loss"]):
-                finite_state, finite_step, finite_metrics = copy.deepcopy(model.state_dict()), step, latest
-                if stopper.should_stop(latest["id/loss"]):
-                    status = "early_stopped"
-                if on_checkpoint:
-                    on_checkpoint({"step": step, "status": status, "metrics": latest, "model": finite_state,
-                                   "optimizers": [p.optimizer.state_dict() for p in phases],
-                                   "train_generator": train_generator.get_state(), "stopper": vars(stopper).copy(),
-                                   "seconds": time.perf_counter() - started})
-            else:
-                status = "diverged"
-            logger.log(latest, step)
-            evaluation = step // cfg.eval.every  # the last step's evaluation logs its media after the loop
-            if cfg.logging.media_every and evaluation % cfg.logging.media_every == 0 and step % cfg.eval.every == 0 \
-                    and status == "completed" and step < len(schedule):
-                logger.log_media(final_readouts(model, eval_sets["ood"], cfg, copy_generator(eval_generator)), step)
-            bar.set_postfix({k: f"{latest[k]:.3f}" for k in ("id/loss", "ood/acc")})
-            if status != "completed":
-                break
-    bar.close()
-    if status == "diverged":
-        model.load_state_dict(finite_state)
-
-    final = dict(finite_metrics or {"train/loss": math.nan, "train/acc": math.nan} | evaluate(model, eval_sets, cfg) | data_metrics)
-    arrays = final_readouts(model, eval_sets["ood"], cfg, eval_generator)
-    final["all_pairs/acc"] = float(np.nanmean(arrays["acc_by_pair"]))
-    logger.log_media(arrays, finite_step)
-    final |= {"status": status, "steps": finite_step, "seconds": time.perf_counter() - started}
-    return Result(final, arrays)
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[str, float]:
-    """ID and OOD loss/accuracy, shortcut rates and mechanism scores on the fixed evaluation sets."""
+    """`<split>/loss` and `<split>/acc` on each fixed evaluation set, the task's metrics of it, its probes of the
+    model's weights, and `ood/success` (the task's success metric >= eval.threshold)."""
+    task = task_of(cfg)
     model.eval()
     result = {}
-    logits, _ = model(eval_sets["id"].tokens, eval_sets["id"].query)
-    result |= metrics.loss_and_accuracy(logits, eval_sets["id"].targets, "id")
-    ood = eval_sets["ood"]
-    logits, attention = model(ood.tokens, ood.query)
-    result |= metrics.loss_and_accuracy(logits, ood.targets, "ood")
-    result |= metrics.shortcut_rates(logits.argmax(-1), ood, min(distribution(cfg.task.lengths, cfg.task.n_triggers)))
-    result |= metrics.mechanism_scores(attention[-1], ood)
-    if cfg.model.name == "one_step":
-        result |= metrics.kq_peaks(model.W_KQ, cfg.task.vocab_size, cfg.task.max_len, cfg.task.n_triggers)
-    result["ood/success"] = float(result["ood/acc"] >= cfg.eval.threshold)
+    for prefix, batch in eval_sets.items():
+        logits, cache = model.run_with_cache(batch.tokens, batch.query)
+        result |= loss_and_accuracy(*scored(logits, batch), prefix)
+        result |= task.metrics(cfg.task, prefix, batch, logits, cache)
+    result |= task.weight_metrics(cfg.task, model.matrices())
+    result["ood/success"] = float(result[task.success_metric] >= cfg.eval.threshold)
     return result
 
 
-@torch.no_grad()
-def final_readouts(model: torch.nn.Module, ood: Batch, cfg, generator: torch.Generator) -> dict[str, np.ndarray]:
-    """Arrays for attention.npz: accuracy by (l1, l2), attention at the query, example patterns, W_KQ."""
-    task = cfg.task
-    n_pairs = len(valid_pairs(task.max_len))
-    pairs = sample(task, n_pairs * cfg.eval.n_pairs_per_cell, generator, "all_pairs").to(ood.tokens.device)
-    logits, _ = model(pairs.tokens, pairs.query)
-    arrays = {"acc_by_pair": metrics.accuracy_by_pair(logits.argmax(-1) == pairs.targets, pairs, task.max_len).numpy()}
+def checkpoint(state: TrainState, metrics: dict, seconds: float) -> dict:
+    """The full training state after an evaluation: what `restore` needs to continue exactly."""
+    return {"step": state.step, "status": state.status, "metrics": metrics,
+            "model": copy.deepcopy(state.model.state_dict()),
+            "optimizers": [phase.optimizer.state_dict() for phase in state.phases],
+            "train_generator": state.generator.get_state(), "stopper": vars(state.stopper).copy(), "seconds": seconds}
 
-    _, attention = model(ood.tokens, ood.query)  # [(B, H, T)] per layer
-    arrays["query_attention_mean"] = torch.stack([a.mean(0) for a in attention]).cpu().numpy()  # (n_layers, H, T)
-    k = min(cfg.eval.n_examples, len(ood.tokens))
-    arrays["query_attention"] = torch.stack([a[:k] for a in attention], 1).cpu().numpy()  # (k, n_layers, H, T)
-    arrays |= {"tokens": ood.tokens[:k].cpu().numpy(), "l1": ood.l1[:k].cpu().numpy(), "l2": ood.l2[:k].cpu().numpy()}
-    if hasattr(model, "run"):  # the transformer also exposes the full causal patterns
-        _, patterns = model.run(ood.tokens[:k])
-        arrays["patterns"] = torch.stack(patterns, 1).cpu().numpy()  # (k, n_layers, H, T, T)
-    if cfg.model.name == "one_step":
-        arrays["W_KQ"], arrays["W_V"] = model.W_KQ.cpu().numpy(), model.W_V.cpu().numpy()
-    return arrays
+
+def restore(state: TrainState, saved: dict) -> None:
+    state.model.load_state_dict(saved["model"])
+    for phase, optimizer_state in zip(state.phases, saved["optimizers"]):
+        phase.optimizer.load_state_dict(optimizer_state)
+    state.generator.set_state(saved["train_generator"])
+    state.stopper = EarlyStopping(**saved["stopper"])
+    state.status, state.step = saved["status"], saved["step"]
+
+
+def train(cfg, logger: Logger | None = None, resume: dict | None = None,
+          on_checkpoint: Callable[[dict], None] | None = None) -> Result:
+    """Train one model as configured and return its final metrics and arrays. The config must be validated.
+
+    on_checkpoint receives `checkpoint(...)` after every finite evaluation (before that evaluation is logged);
+    train(cfg, resume=saved) continues from it exactly: same batches, same optimizer moments, same result.
+    """
+    started = time.perf_counter() - (resume["seconds"] if resume else 0.0)
+    logger = logger or Logger()
+    task = task_of(cfg)
+    state, eval_sets, eval_generator = init_state(cfg)
+    data_metrics = task.diversity(cfg.task)
+    if resume:
+        restore(state, resume)
+    # The run's result is its last finite evaluation; a diverged run falls back to it (or to initialisation).
+    finite_model, finite_step = copy.deepcopy(state.model.state_dict()), state.step
+    finite_metrics = resume["metrics"] if resume else None
+    total = state.total_steps
+    bar = tqdm(total=total, initial=state.step, desc=cfg.name, unit="step", disable=not sys.stderr.isatty(),
+               leave=False)
+    while state.status == "completed" and state.step < total:
+        batch = task.sample(cfg.task, state.phase().batch_size, state.generator).to(cfg.device)
+        if not step(state, batch):
+            state.status = "diverged"
+            break
+        bar.update()
+        if state.step % cfg.eval.every and state.step < total:
+            continue
+        latest = state.train_metrics() | evaluate(state.model, eval_sets, cfg) | data_metrics
+        if math.isfinite(latest["id/loss"]):
+            finite_model, finite_step, finite_metrics = copy.deepcopy(state.model.state_dict()), state.step, latest
+            if state.stopper.should_stop(latest["id/loss"]):
+                state.status = "early_stopped"
+            if on_checkpoint:
+                on_checkpoint(checkpoint(state, latest, time.perf_counter() - started))
+        else:
+            state.status = "diverged"
+        logger.log(latest, state.step)
+        if _media_due(cfg, state, total):
+            logger.log_media(readouts.final(cfg, state.model, eval_sets["ood"], copy_generator(eval_generator))[0],
+                             state.step)
+        bar.set_postfix({k: f"{latest[k]:.3f}" for k in ("id/loss", task.success_metric)})
+    bar.close()
+    if state.status == "diverged":
+        state.model.load_state_dict(finite_model)
+
+    final = dict(finite_metrics or {"train/loss": math.nan, "train/acc": math.nan}
+                 | evaluate(state.model, eval_sets, cfg) | data_metrics)
+    arrays, readout_metrics = readouts.final(cfg, state.model, eval_sets["ood"], eval_generator)
+    final |= readout_metrics
+    logger.log_media(arrays, finite_step)
+    final |= {"status": state.status, "steps": finite_step, "seconds": time.perf_counter() - started}
+    return Result(final, arrays)
+
+
+def _media_due(cfg, state: TrainState, total: int) -> bool:
+    """Mid-run media every `logging.media_every` evaluations of a run still going (the end logs its own)."""
+    every = cfg.logging.media_every
+    return (bool(every) and state.step % cfg.eval.every == 0 and (state.step // cfg.eval.every) % every == 0
+            and state.status == "completed" and state.step < total)
 
 
 def save(result: Result, out_dir: str | Path) -> None:
-    """Write result.json and attention.npz; each appears whole or not at all (written aside, then renamed)."""
+    """Write result.json and attention.npz; each appears whole or not at all."""
     out_dir = Path(out_dir)
-    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in result.metrics.items()}
-    _atomic_write(out_dir / "result.json", lambda f: f.write(json.dumps(clean, indent=2).encode()))
-    _atomic_write(out_dir / "attention.npz", lambda f: np.savez_compressed(f, **result.arrays))
-
-
-def _atomic_write(path: Path, write) -> None:
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as f:
-        write(f)
-    os.replace(partial, path)
+    write_json(out_dir / "result.json", {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                                         for k, v in result.metrics.items()})
+    atomic_write(out_dir / "attention.npz", lambda f: np.savez_compressed(f, **result.arrays))

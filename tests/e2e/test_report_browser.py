@@ -164,16 +164,17 @@ def train_report(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def grid_report(tmp_path_factory) -> Path:
-    """A grid-shaped output dir made by the grid's own writers from real one-step trainings (no Ray: the grid itself
-    is tested in tests/integration), plus a min_diversity.csv as a search leaves one, and its rebuilt report."""
-    from sweep import grid_outputs, results, space
+    """A grid output dir made by the grid's own writers from real one-step trainings (no Ray: the grid itself is
+    tested in tests/integration), and its rebuilt report."""
+    from sweep import grid, space, tuner
     from trainables import config
+    from trainables.io import atomic_write
     from trainables.logger import trial_logger
     from trainables.train import save, train
 
     out = tmp_path_factory.mktemp("browser") / "grid"
     base, sweep, points = space.load_sweep(CONFIGS / "debug_grid.yaml", ["sweep.seeds=[0]"])
-    members = [{"point": p, "dir": str(out / "trials" / space.point_id(p))} for p in points]
+    members = tuner.members(points, out)
     for member in members:
         cfg = config.with_point(config.to_dict(base), member["point"])
         trial = Path(member["dir"])
@@ -182,13 +183,36 @@ def grid_report(tmp_path_factory) -> Path:
         with trial_logger(cfg, trial) as logger:
             result = train(cfg, logger)
         save(result, trial)
-    resolved = space.to_yaml(base, sweep)
-    (out / "config.yaml").write_text(resolved)
-    grid_outputs.write(out, results.collect(members, {}), base, sweep, resolved)
-    (out / "min_diversity.csv").write_text("task.n_triggers,seed,min_width,ood/acc\n2,0,5,0.99\n")
+    (out / "config.yaml").write_text(config.to_yaml(base, sweep=sweep))
+    atomic_write(out / "results.csv", grid.collect(members, {}).to_csv(index=False))
     proc = headsweep("report", out)
     assert proc.returncode == 0, proc.stderr
     return out / "report.html"
+
+
+@pytest.fixture(scope="module")
+def search_report(tmp_path_factory) -> Path:
+    """A threshold search's output dir: the real search loop and tables over the fake executor of the unit tests
+    (each point's result.json written at once from its real data/* measures), and the report the verb builds."""
+    from dashboards import report
+    from sweep.search import loop, tables
+    from sweep.search import studies as search_studies
+    from sweep.search.config import load_search
+    from tests.unit.conftest import R_NEEDED, fake_executor
+    from trainables import config
+
+    out = tmp_path_factory.mktemp("browser") / "search"
+    out.mkdir()
+    base, search = load_search(CONFIGS / "debug_search.yaml", [])
+    all_slices = search_studies.slices(base, search, base.name)
+    (out / "config.yaml").write_text(config.to_yaml(base, search=search))
+    storage = search_studies.storage_for(None, out.resolve())
+    opened = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
+    with pytest.MonkeyPatch.context() as patch:
+        fake_executor(patch, lambda point, m: 1.0 if m["data/max_sum_ratio"] <= R_NEEDED else 0.5)
+        loop.run(base, search, all_slices, opened, out, extend=0)
+    tables.write(out, base, search, opened, all_slices)
+    return report.build(out)
 
 
 @pytest.fixture(scope="module")
@@ -211,17 +235,25 @@ def test_train_report_holds_curves_and_every_attention_figure(train_report):
     assert "<script" not in page
 
 
-def test_grid_report_holds_diagram_min_diversity_gallery_and_results(grid_report):
+def test_grid_report_holds_diagram_gallery_and_results(grid_report):
     page = grid_report.read_text()
-    for heading in ("Phase diagram: mean ood/acc over seeds", "Minimal diversity for OOD generalization",
-                    "Final metrics against data/max_sum_ratio", "Attention gallery: 4 of 4 trials",
-                    "Results (one row per trial)"):
+    for heading in ("Phase diagram: mean ood/acc over seeds", "Final metrics against data/max_sum_ratio",
+                    "Attention gallery: 4 of 4 trials", "Results (one row per trial)"):
+        assert heading in page
+    assert (grid_report.parent / "phase_diagram.png").exists()  # written beside results.csv by the same builder
+    assert "<script" not in page
+
+
+def test_search_report_holds_the_answer_traces_and_threshold(search_report):
+    page = search_report.read_text()
+    for heading in ("Minimal diversity for OOD generalization (min_diversity.csv)", "Search traces",
+                    "Measured threshold: data/max_sum_ratio at diversity*", "Results (one row per trial)"):
         assert heading in page
     assert "<script" not in page
 
 
-@pytest.mark.parametrize("report", ["train_report", "grid_report"])
-def test_report_renders_in_headless_chromium(browser, report, request, tmp_path):
+@pytest.mark.parametrize("report, figures", [("train_report", 5), ("grid_report", 5), ("search_report", 2)])
+def test_report_renders_in_headless_chromium(browser, report, figures, request, tmp_path):
     path = request.getfixturevalue(report)
     browser.open(path)
     images, broken = browser.evaluate(
@@ -230,7 +262,7 @@ def test_report_renders_in_headless_chromium(browser, report, request, tmp_path)
     (tmp_path / f"{report}.png").write_bytes(screenshot)  # for a person to look at: pytest's tmp dir
     (tmp_path / f"{report}_full.png").write_bytes(browser.screenshot(full_page=True))
     assert browser.errors() == []
-    assert images >= 5 and broken == 0, f"{broken} of {images} images did not load"
+    assert images >= figures and broken == 0, f"{broken} of {images} images did not load"
     assert browser.evaluate("document.title").startswith("headsweep ")
     assert not_blank(screenshot), f"blank page: see {tmp_path / f'{report}.png'}"
 

@@ -16,7 +16,7 @@ def without_seconds(metrics: dict) -> dict:
 @pytest.mark.parametrize("overrides", [["eval.patience=0"], ["eval.patience=1", "optim.lr=0.05"]],
                          ids=["to-the-end", "early-stopped"])
 def test_resuming_from_a_checkpoint_reproduces_the_uninterrupted_run(overrides):
-    cfg = config.load(CONFIGS / "debug.yaml", ["optim.max_steps=120", "eval.every=40", "eval.n_pairs_per_cell=1",
+    cfg = config.load(CONFIGS / "debug.yaml", ["optim.max_steps=120", "eval.every=40", "task.n_pairs_per_cell=1",
                                                *overrides])
     states = []
     full = train(cfg, on_checkpoint=lambda state: states.append(copy.deepcopy(state)))

@@ -61,6 +61,6 @@ def test_a_diverging_run_keeps_its_last_finite_evaluation():
 
 def test_early_stopping_ends_a_run_whose_id_loss_stopped_improving():
     """With patience 2, a run that has converged stops well before max_steps; patience 0 runs to the end."""
-    overrides = ["optim.max_steps=5000", "eval.every=25", "eval.n_pairs_per_cell=1", "optim.lr=0.1"]
+    overrides = ["optim.max_steps=5000", "eval.every=25", "task.n_pairs_per_cell=1", "optim.lr=0.1"]
     stopped = train(config.load(CONFIGS / "debug.yaml", overrides + ["eval.patience=2"])).metrics
     assert stopped["status"] == "early_stopped" and stopped["steps"] < 5000 and stopped["steps"] % 25 == 0

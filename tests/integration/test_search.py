@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweep.samplers import Evidence, minimal_value
+from sweep.search.bisection import Evidence, minimal_value
 from tests.conftest import CONFIGS
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")

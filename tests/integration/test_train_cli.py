@@ -29,7 +29,8 @@ def test_debug_train_writes_every_output(debug_run):
     out, proc = debug_run
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.strip().splitlines()) == 1 and "ood/acc=" in proc.stdout and str(out) in proc.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["attention.npz", "config.yaml", "metrics.jsonl", "result.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["attention.npz", "config.yaml", "metrics.jsonl", "report.html",
+                                                       "result.json"]
 
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [50, 100, 150, 200, 250, 300]  # eval.every = 50, max_steps = 300

@@ -369,7 +369,7 @@ def test_report_of_something_else_is_one_line_exit_2_and_writes_nothing(tmp_path
                                          (["trials/a/metrics.jsonl"], "grid"),  # a grid still running
                                          (["trials.csv", "min_diversity.csv"], "search"), (["study.journal"], "search")])
 def test_report_tells_the_verb_from_the_files_it_finds(tmp_path, files, kind):
-    from dashboards.local_report import detect
+    from dashboards.report import detect
 
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

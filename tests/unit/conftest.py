@@ -1,31 +1,40 @@
-"""A fake Ray Tune executor for the search loop's unit tests (real Optuna storage, no Ray)."""
-import json
-
+"""The unit tests' fake Ray Tune executor (real Optuna storage, no Ray): tuner.run replaced by a function that
+writes each point's result.json at once, with the config's real data/* measures and an ood/acc given by a rule.
+The real Ray path is tested in tests/integration/."""
 import pytest
 
-from sweep import tuner
-from sweep.space import point_id
+from sweep import space, tuner
 from trainables import config
-from trainables.tasks.lengths import distribution, diversity_metrics
+from trainables.io import write_json
+from trainables.tasks import task_of
 
-R_NEEDED = 0.3  # the fake model generalizes when the max-sum ratio is at most this, whatever l_min is (Theorem 5)
+R_NEEDED = 0.3  # fake_r_tune's model generalizes when the max-sum ratio is at most this, whatever l_min (Theorem 5)
+WIDTH_NEEDED = 5  # fake_width_tune's model generalizes from width 5 on
 
 
-@pytest.fixture
-def fake_r_tune(monkeypatch):
-    """tuner.run that writes each point's result.json at once: its real data/* metrics, and ood/acc 1.0 when
-    R <= R_NEEDED, else 0.5. Records the points of every call."""
+def fake_executor(monkeypatch, accuracy) -> list[list[dict]]:
+    """Install the fake; accuracy(point, data metrics) -> ood/acc. Returns the list of every call's points."""
     calls = []
 
     def run(base, search, points, out, experiment, restore, job_type):
         calls.append(points)
         for point in points:
-            task = config.with_point(config.to_dict(base), point).task
-            metrics = diversity_metrics(distribution(task.lengths, task.n_triggers))
-            acc = 1.0 if metrics["data/max_sum_ratio"] <= R_NEEDED else 0.5
-            trial = out / "trials" / point_id(point)
-            trial.mkdir(parents=True, exist_ok=True)
-            (trial / "result.json").write_text(json.dumps(metrics | {"ood/acc": acc, "status": "completed"}))
+            cfg = config.with_point(config.to_dict(base), point)
+            metrics = task_of(cfg).diversity(cfg.task)
+            write_json(space.trial_dir(out, point) / "result.json",
+                       metrics | {"ood/acc": accuracy(point, metrics), "status": "completed"})
 
     monkeypatch.setattr(tuner, "run", run)
     return calls
+
+
+@pytest.fixture
+def fake_r_tune(monkeypatch):
+    """ood/acc 1.0 when R <= R_NEEDED, else 0.5."""
+    return fake_executor(monkeypatch, lambda point, m: 1.0 if m["data/max_sum_ratio"] <= R_NEEDED else 0.5)
+
+
+@pytest.fixture
+def fake_width_tune(monkeypatch):
+    """ood/acc 1.0 from width WIDTH_NEEDED on, else 0.2."""
+    return fake_executor(monkeypatch, lambda point, m: 1.0 if point["task.lengths.width"] >= WIDTH_NEEDED else 0.2)

@@ -2,8 +2,9 @@
 import pytest
 import yaml
 
-from sweep import search as searching
 from sweep import space
+from sweep.search import studies as search_studies
+from sweep.search.config import load_search
 from tests.conftest import CONFIGS
 from trainables import config
 
@@ -16,8 +17,8 @@ def test_config_loads_and_its_first_line_is_its_command(path):
     assert path.read_text().startswith(f"# headsweep {verb} configs/{path.name} ")
     sections = yaml.safe_load(path.read_text())
     if verb == "search":
-        base, search = searching.load_search(path, [])
-        assert searching.slices(base, search, base.name)
+        base, search = load_search(path, [])
+        assert search_studies.slices(base, search, base.name)
     elif verb == "grid":
         assert space.load_sweep(path, [])[2]
     else:

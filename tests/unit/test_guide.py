@@ -1,11 +1,12 @@
 """search.guide: verdicts carried between slices through R, with a fake executor (real Optuna journal storage, no
 Ray): same answers as unguided bisection in fewer evaluations, pilots first, and a kill at any point of a round's
-asks or tells resumes to exactly the uninterrupted sequence of evaluations (fake executor: tests/unit/conftest.py)."""
+asks or tells resumes to exactly the uninterrupted sequence of evaluations (the fake executor of tests/unit/conftest.py)."""
 import optuna
 import pytest
 
-from sweep import guide, samplers, search_loop
-from sweep import search as searching
+from sweep.search import bisection, guide, loop
+from sweep.search import studies as search_studies
+from sweep.search.config import load_search
 from tests.conftest import CONFIGS
 from trainables.errors import ConfigError
 
@@ -16,19 +17,19 @@ GUIDED = SLICES + ["search.guide.metric=data/max_sum_ratio", "search.guide.acros
 
 
 def search_in(tmp_path, overrides):
-    base, search = searching.load_search(CONFIGS / "debug_search.yaml", overrides)
-    all_slices = searching.slices(base, search, base.name)
+    base, search = load_search(CONFIGS / "debug_search.yaml", overrides)
+    all_slices = search_studies.slices(base, search, base.name)
     tmp_path.mkdir(parents=True, exist_ok=True)
-    storage = searching.storage_for(None, tmp_path)
-    open_all = lambda: {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
+    storage = search_studies.storage_for(None, tmp_path)
+    open_all = lambda: {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
     return base, search, all_slices, open_all
 
 
 def answers_and_counts(search, all_slices, studies):
     result = {}
     for sl in all_slices:
-        pooled = samplers.evidence(studies[sl.study_name].get_trials(), search.knob.key)
-        result[sl.point["task.lengths.low"]] = (samplers.minimal_value(sl.values, pooled, 1.0), len(pooled),
+        pooled = bisection.evidence(studies[sl.study_name].get_trials(), search.knob.key)
+        result[sl.point["task.lengths.low"]] = (bisection.minimal_value(sl.values, pooled, 1.0), len(pooled),
                                                 sum(e.evaluations for e in pooled.values()))
     return result
 
@@ -36,13 +37,13 @@ def answers_and_counts(search, all_slices, studies):
 def test_guided_bisection_finds_the_same_answers_in_fewer_evaluations_pilot_first(tmp_path, fake_r_tune):
     plain = search_in(tmp_path / "plain", UNGUIDED)
     studies = plain[3]()
-    search_loop.run(plain[0], plain[1], plain[2], studies, tmp_path / "plain", extend=0)
+    loop.run(plain[0], plain[1], plain[2], studies, tmp_path / "plain", extend=0)
     unguided = answers_and_counts(plain[1], plain[2], studies)
     fake_r_tune.clear()
 
     base, search, all_slices, open_all = search_in(tmp_path / "guided", GUIDED)
     studies = open_all()
-    search_loop.run(base, search, all_slices, studies, tmp_path / "guided", extend=0)
+    loop.run(base, search, all_slices, studies, tmp_path / "guided", extend=0)
     guided = answers_and_counts(search, all_slices, studies)
 
     assert {low: a for low, (a, *_) in guided.items()} == {low: a for low, (a, *_) in unguided.items()}
@@ -63,11 +64,11 @@ def test_a_kill_mid_round_resumes_to_the_uninterrupted_evaluations(tmp_path, fak
 
     base, search, all_slices, open_all = search_in(tmp_path / "whole", GUIDED)
     studies = open_all()
-    search_loop.run(base, search, all_slices, studies, tmp_path / "whole", extend=0)
+    loop.run(base, search, all_slices, studies, tmp_path / "whole", extend=0)
     uninterrupted = sequence(studies)
 
     base, search, all_slices, open_all = search_in(tmp_path / "killed", GUIDED)
-    original, calls = getattr(search_loop, phase), []
+    original, calls = getattr(loop, phase), []
 
     def die_midway(*args):
         if len(calls) == kill_after:
@@ -75,23 +76,23 @@ def test_a_kill_mid_round_resumes_to_the_uninterrupted_evaluations(tmp_path, fak
         calls.append(1)
         return original(*args)
 
-    monkeypatch.setattr(search_loop, phase, die_midway)
+    monkeypatch.setattr(loop, phase, die_midway)
     with pytest.raises(KeyboardInterrupt):
-        search_loop.run(base, search, all_slices, open_all(), tmp_path / "killed", extend=0)
-    monkeypatch.setattr(search_loop, phase, original)
+        loop.run(base, search, all_slices, open_all(), tmp_path / "killed", extend=0)
+    monkeypatch.setattr(loop, phase, original)
     studies = open_all()  # the re-run: zombies failed, the interrupted round re-run first
-    search_loop.run(base, search, all_slices, studies, tmp_path / "killed", extend=0)
+    loop.run(base, search, all_slices, studies, tmp_path / "killed", extend=0)
     assert sequence(studies) == uninterrupted
 
 
 def test_predictions_carry_successes_down_and_failures_up_the_measure():
     values = [1, 2, 3, 4, 5]
     measures = {1: 0.9, 2: 0.5, 3: 0.35, 4: 0.28, 5: 0.2}  # R falls as the width grows
-    others = [({7: samplers.Evidence(1, 1, 1), 6: samplers.Evidence(0, 1, 1)}, {7: 0.3, 6: 0.4})]
+    others = [({7: bisection.Evidence(1, 1, 1), 6: bisection.Evidence(0, 1, 1)}, {7: 0.3, 6: 0.4})]
     assert guide.predictions(values, measures, others, 1.0) == {1: False, 2: False, 4: True, 5: True}
-    contradicting = [({7: samplers.Evidence(1, 1, 1), 6: samplers.Evidence(0, 1, 1)}, {7: 0.4, 6: 0.3})]
+    contradicting = [({7: bisection.Evidence(1, 1, 1), 6: bisection.Evidence(0, 1, 1)}, {7: 0.4, 6: 0.3})]
     assert 3 not in guide.predictions(values, measures, contradicting, 1.0)
-    assert samplers.next_value(values, {}, 1.0, predicted={1: False, 2: False, 3: False, 4: True, 5: True}) == 4
+    assert bisection.next_value(values, {}, 1.0, predicted={1: False, 2: False, 3: False, 4: True, 5: True}) == 4
 
 
 @pytest.mark.parametrize("overrides, key", [
@@ -102,5 +103,5 @@ def test_predictions_carry_successes_down_and_failures_up_the_measure():
 def test_bad_guides_name_their_key(overrides, key):
     """(tpe and grid ignore a guide: search.sampler=grid runs a guided config's reference unchanged.)"""
     with pytest.raises(ConfigError) as error:
-        searching.load_search(CONFIGS / "debug_search.yaml", overrides)
+        load_search(CONFIGS / "debug_search.yaml", overrides)
     assert error.value.key == key

@@ -38,7 +38,7 @@ class ScalarOnlySink:
 
 def test_media_at_the_configured_cadence_and_at_the_end(tmp_path):
     cfg = config.load(CONFIGS / "debug.yaml", ["optim.max_steps=200", "eval.every=25", "logging.media_every=3",
-                                               "eval.n_pairs_per_cell=1"])
+                                               "task.n_pairs_per_cell=1"])
     recording, scalar_only = RecordingSink(), ScalarOnlySink()
     with Logger(JsonlSink(tmp_path / "m.jsonl"), recording, scalar_only) as logger:
         result = train(cfg, logger)
@@ -50,7 +50,7 @@ def test_media_at_the_configured_cadence_and_at_the_end(tmp_path):
 
 
 def test_mid_run_media_leave_the_result_unchanged():
-    overrides = ["optim.max_steps=100", "eval.every=25", "eval.n_pairs_per_cell=1"]
+    overrides = ["optim.max_steps=100", "eval.every=25", "task.n_pairs_per_cell=1"]
     plain = train(config.load(CONFIGS / "debug.yaml", overrides)).metrics
     with_media = train(config.load(CONFIGS / "debug.yaml", overrides + ["logging.media_every=1"]), Logger(RecordingSink())).metrics
     assert {k: v for k, v in plain.items() if k != "seconds"} == {k: v for k, v in with_media.items() if k != "seconds"}

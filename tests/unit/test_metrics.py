@@ -4,10 +4,12 @@ import math
 import pytest
 import torch
 
-from trainables import metrics
-from trainables.tasks import trigger_copy as tc
+from trainables.tasks.trigger_copy import metrics
+from trainables.train import loss_and_accuracy
+from trainables.tasks import Batch
+from trainables.tasks.trigger_copy import data as tc
 from trainables.tasks.lengths import LengthsConfig
-from trainables.tasks.trigger_copy import Batch, TriggerCopyConfig
+from trainables.tasks.trigger_copy.data import TriggerCopyConfig
 
 CFG = TriggerCopyConfig(vocab_size=16, max_len=14, n_triggers=3, lengths=LengthsConfig(low=2, high=5))
 NEVER = -1  # a prediction no token equals
@@ -19,7 +21,8 @@ def draw(split, n, seed=0):
 
 def subset(batch: Batch, mask: torch.Tensor) -> Batch:
     """The sequences of `batch` selected by a (B,) bool mask, as a Batch."""
-    return Batch(batch.tokens[mask], batch.labels[mask], batch.targets[mask], batch.l1[mask], batch.l2[mask])
+    return Batch(batch.tokens[mask], batch.targets[mask], batch.loss_mask[mask], batch.labels[mask], batch.query[mask],
+                 {k: v[mask] for k, v in batch.info.items()})
 
 
 def token_at(batch: Batch, index: torch.Tensor) -> torch.Tensor:
@@ -37,7 +40,7 @@ def test_loss_and_accuracy_match_a_manual_computation():
     targets[[1, 4]] = (targets[[1, 4]] + 1) % 5  # exactly 2 of 6 wrong
     manual_loss = sum(-math.log(math.exp(logits[i, targets[i]]) / sum(math.exp(x) for x in logits[i]))
                       for i in range(6)) / 6
-    out = metrics.loss_and_accuracy(logits, targets, "ood")
+    out = loss_and_accuracy(logits, targets, "ood")
     assert set(out) == {"ood/loss", "ood/acc"}
     assert out["ood/loss"] == pytest.approx(manual_loss, rel=1e-6)
     assert out["ood/acc"] == pytest.approx(4 / 6)
@@ -49,15 +52,15 @@ def test_loss_and_accuracy_match_a_manual_computation():
 def test_pseudo_rate_is_one_for_the_shortcut_answer():
     """Predicting the token at index (l1+l2)//2 + 1 (1-indexed position l̄ + 2) gives pseudo rate 1."""
     batch = draw("displaced", 64, seed=1)
-    predictions = token_at(batch, (batch.l1 + batch.l2) // 2 + 1)
-    assert not torch.equal(predictions, batch.targets)  # the shortcut answer differs from o on displaced data
+    predictions = token_at(batch, (batch.info["l1"] + batch.info["l2"]) // 2 + 1)
+    assert not torch.equal(predictions, batch.scored_targets())  # the shortcut answer differs from o on displaced data
     assert metrics.shortcut_rates(predictions, batch, l_min=2)["ood/pseudo_rate"] == 1.0
 
 
 def test_pseudo_rate_counts_half_when_half_agree():
     """The rate is a fraction: matching the shortcut answer on every other sequence gives 1/2."""
     batch = draw("displaced", 64, seed=1)
-    predictions = token_at(batch, (batch.l1 + batch.l2) // 2 + 1)
+    predictions = token_at(batch, (batch.info["l1"] + batch.info["l2"]) // 2 + 1)
     predictions[::2] = NEVER
     assert metrics.shortcut_rates(predictions, batch, l_min=2)["ood/pseudo_rate"] == 0.5
 
@@ -65,9 +68,9 @@ def test_pseudo_rate_counts_half_when_half_agree():
 def test_pseudo_rate_only_counts_even_total_length():
     """Sequences with odd l1 + l2 have no pseudo answer: they do not enter the rate, whatever they predict."""
     batch = draw("all_pairs", 2 * len(tc.valid_pairs(CFG.max_len)), seed=2)
-    even = (batch.l1 + batch.l2) % 2 == 0
+    even = (batch.info["l1"] + batch.info["l2"]) % 2 == 0
     assert 0 < int(even.sum()) < len(even)
-    pseudo = token_at(batch, (batch.l1 + batch.l2) // 2 + 1)
+    pseudo = token_at(batch, (batch.info["l1"] + batch.info["l2"]) // 2 + 1)
     right_on_even = torch.where(even, pseudo, torch.full_like(pseudo, NEVER))
     right_on_odd = torch.where(even, torch.full_like(pseudo, NEVER), pseudo)
     assert metrics.shortcut_rates(right_on_even, batch, l_min=2)["ood/pseudo_rate"] == 1.0
@@ -77,8 +80,8 @@ def test_pseudo_rate_only_counts_even_total_length():
 def test_pseudo_rate_is_nan_without_even_sequences():
     """With only odd l1 + l2 there is nothing to count: the pseudo rate is NaN (the leftmost rate is still defined)."""
     batch = draw("all_pairs", len(tc.valid_pairs(CFG.max_len)), seed=3)
-    odd = subset(batch, (batch.l1 + batch.l2) % 2 == 1)
-    out = metrics.shortcut_rates(odd.targets, odd, l_min=2)
+    odd = subset(batch, (batch.info["l1"] + batch.info["l2"]) % 2 == 1)
+    out = metrics.shortcut_rates(odd.scored_targets(), odd, l_min=2)
     assert math.isnan(out["ood/pseudo_rate"])
     assert not math.isnan(out["ood/leftmost_rate"])
 
@@ -118,7 +121,7 @@ def attention_on(batch: Batch, heads: int, head: int, index: torch.Tensor, rows=
 def test_induction_score_is_max_over_heads():
     """All mass on the output index l1 + 1 in head 1 only gives induction score 1 (max over heads, not the mean)."""
     batch = draw("displaced", 32, seed=6)
-    out = metrics.mechanism_scores(attention_on(batch, 3, 1, batch.l1 + 1), batch)
+    out = metrics.mechanism_scores(attention_on(batch, 3, 1, batch.info["l1"] + 1), batch)
     assert out["mech/induction_score"] == pytest.approx(1.0)
     assert out["mech/positional_score"] == pytest.approx(0.0)  # displaced: l1 + 1 is never the index l + 1
 
@@ -126,14 +129,14 @@ def test_induction_score_is_max_over_heads():
 def test_induction_score_averages_over_sequences():
     """Mass on l1 + 1 in half the sequences gives induction score 1/2."""
     batch = draw("displaced", 32, seed=6)
-    attention = attention_on(batch, 2, 0, batch.l1 + 1, rows=torch.arange(0, 32, 2))
+    attention = attention_on(batch, 2, 0, batch.info["l1"] + 1, rows=torch.arange(0, 32, 2))
     assert metrics.mechanism_scores(attention, batch)["mech/induction_score"] == pytest.approx(0.5)
 
 
 def test_positional_score_reads_index_half_total_plus_one():
     """All mass on index (l1+l2)//2 + 1 in head 2 gives positional score 1 and induction score 0."""
     batch = draw("displaced", 32, seed=7)
-    out = metrics.mechanism_scores(attention_on(batch, 3, 2, (batch.l1 + batch.l2) // 2 + 1), batch)
+    out = metrics.mechanism_scores(attention_on(batch, 3, 2, (batch.info["l1"] + batch.info["l2"]) // 2 + 1), batch)
     assert out["mech/positional_score"] == pytest.approx(1.0)
     assert out["mech/induction_score"] == pytest.approx(0.0)
 
@@ -141,8 +144,8 @@ def test_positional_score_reads_index_half_total_plus_one():
 def test_positional_score_only_counts_even_total_length():
     """Positional mass on odd-l1+l2 sequences is ignored; with no even sequence the score is NaN."""
     batch = draw("all_pairs", len(tc.valid_pairs(CFG.max_len)), seed=8)
-    even = (batch.l1 + batch.l2) % 2 == 0
-    attention = attention_on(batch, 2, 1, (batch.l1 + batch.l2) // 2 + 1, rows=torch.nonzero(even).flatten())
+    even = (batch.info["l1"] + batch.info["l2"]) % 2 == 0
+    attention = attention_on(batch, 2, 1, (batch.info["l1"] + batch.info["l2"]) // 2 + 1, rows=torch.nonzero(even).flatten())
     assert metrics.mechanism_scores(attention, batch)["mech/positional_score"] == pytest.approx(1.0)
     odd = subset(batch, ~even)
     out = metrics.mechanism_scores(attention[~even], odd)
@@ -156,14 +159,14 @@ def test_accuracy_by_pair_cells_are_per_pair_accuracy():
     """Cell [l1, l2] is the accuracy over the sequences with that pair; cells no sequence fell in are NaN."""
     pairs = tc.valid_pairs(CFG.max_len)
     batch = draw("all_pairs", 3 * len(pairs), seed=9)
-    correct = torch.rand(len(batch.l1), generator=torch.Generator().manual_seed(10)) < 0.6
+    correct = torch.rand(len(batch.info["l1"]), generator=torch.Generator().manual_seed(10)) < 0.6
     matrix = metrics.accuracy_by_pair(correct, batch, CFG.max_len)
     assert matrix.shape == (CFG.max_len, CFG.max_len) and matrix.dtype == torch.float64
     valid = {tuple(p) for p in pairs.tolist()}
     for a in range(CFG.max_len):
         for b in range(CFG.max_len):
             if (a, b) in valid:
-                mask = (batch.l1 == a) & (batch.l2 == b)
+                mask = (batch.info["l1"] == a) & (batch.info["l2"] == b)
                 assert matrix[a, b].item() == pytest.approx(correct[mask].double().mean().item()), (a, b)
             else:
                 assert math.isnan(matrix[a, b].item()), (a, b)
@@ -172,8 +175,8 @@ def test_accuracy_by_pair_cells_are_per_pair_accuracy():
 def test_accuracy_by_pair_is_nan_for_valid_pairs_that_got_no_sequence():
     """A batch covering only some pairs leaves the other (valid) cells NaN, and all-correct cells at 1."""
     batch = draw("all_pairs", len(tc.valid_pairs(CFG.max_len)), seed=11)
-    part = subset(batch, batch.l1 <= 2)
-    matrix = metrics.accuracy_by_pair(torch.ones(len(part.l1), dtype=torch.bool), part, CFG.max_len)
+    part = subset(batch, batch.info["l1"] <= 2)
+    matrix = metrics.accuracy_by_pair(torch.ones(len(part.info["l1"]), dtype=torch.bool), part, CFG.max_len)
     assert bool((matrix[1:3, 1:CFG.max_len - 5] == 1.0).all())
     assert bool(torch.isnan(matrix[3:]).all())
 

@@ -3,7 +3,7 @@ import torch
 
 from trainables import config
 from trainables.models.one_step import OneStepModel
-from trainables.tasks.trigger_copy import sample
+from trainables.tasks.trigger_copy.data import sample
 from trainables.train import seeded_generators, train
 from tests.conftest import CONFIGS
 
@@ -29,12 +29,13 @@ def test_padding_after_the_query_changes_nothing():
         model.W_KQ.normal_(), model.W_V.normal_()
     tokens = torch.randint(7, (4, 8))
     query = torch.tensor([3, 5, 7, 4])
-    logits, [attention] = model(tokens, query)
+    logits, cache = model.run_with_cache(tokens, query)
+    attention = cache["blocks.0.attn.hook_pattern"]
     padded = tokens.clone()
     padded[torch.arange(8)[None, :] > query[:, None]] = 1  # rewrite everything after each query
-    logits2, [attention2] = model(padded, query)
-    assert torch.allclose(logits, logits2) and torch.allclose(attention, attention2)
-    assert attention.shape == (4, 1, 8) and (attention[0, 0, 4:] == 0).all()
+    logits2, cache2 = model.run_with_cache(padded, query)
+    assert torch.allclose(logits, logits2) and torch.allclose(attention, cache2["blocks.0.attn.hook_pattern"])
+    assert attention.shape == (4, 1, 1, 8) and (attention[0, 0, 0, 4:] == 0).all()
 
 
 def closed_form_algorithm_1(cfg):
@@ -53,8 +54,8 @@ def closed_form_algorithm_1(cfg):
     batch = sample(cfg.task, cfg.model.n_samples_V, generator)
     X, valid, _ = features(batch)
     x_mean = (X * valid[..., None]).sum(1) / valid.sum(1, keepdim=True)  # (B, D)
-    residual = 1 / N - torch.nn.functional.one_hot(batch.targets, N).double()  # (B, N): softmax(f) - e_o
-    W_V = -cfg.model.eta_V * residual.T @ x_mean / len(batch.targets)  # (N, D)
+    residual = 1 / N - torch.nn.functional.one_hot(batch.scored_targets(), N).double()  # (B, N): softmax(f) - e_o
+    W_V = -cfg.model.eta_V * residual.T @ x_mean / len(batch.query)  # (N, D)
 
     # Step 2 at W_KQ = 0 and the new W_V: d loss / d s_t = a_t (u_t - sum_t' a_t' u_t') with a uniform and
     # u_t = x_t^T W_V^T g, g = softmax(f) - e_o; then grad W_KQ = mean_b sum_t (d loss / d s_t) x_t x_T^T.
@@ -62,10 +63,10 @@ def closed_form_algorithm_1(cfg):
     X, valid, x_T = features(batch)
     a = valid / valid.sum(1, keepdim=True)  # (B, T)
     f = torch.einsum("nd,btd,bt->bn", W_V, X, a)
-    g = f.softmax(-1) - torch.nn.functional.one_hot(batch.targets, N).double()  # (B, N)
+    g = f.softmax(-1) - torch.nn.functional.one_hot(batch.scored_targets(), N).double()  # (B, N)
     u = torch.einsum("btd,nd,bn->bt", X, W_V, g)  # (B, T)
     ds = a * (u - (a * u).sum(1, keepdim=True))  # (B, T)
-    grad_KQ = torch.einsum("bt,btd,be->de", ds, X, x_T) / len(batch.targets)  # (D, D): rows key, columns query
+    grad_KQ = torch.einsum("bt,btd,be->de", ds, X, x_T) / len(batch.query)  # (D, D): rows key, columns query
     return W_V, -cfg.model.eta_KQ * grad_KQ
 
 

@@ -11,10 +11,15 @@ import pytest
 from matplotlib.contour import ContourSet
 from PIL import Image
 
-from dashboards.report import Section, gallery, write_report
-from sweep.plots import figure_to_png, phase_diagram, save_png
+from dashboards.html import Section, gallery, write_report
+from trainables.figures import phase_diagram, png_bytes, save_png
 
 LOW, HIGH, N_TRG = "task.lengths.low", "task.lengths.high", "task.n_triggers"
+
+
+def diagram(results, x, y, **options):
+    """The phase diagram of ood/acc with the max-sum ratio as the contour's measure (what a trigger-copy grid draws)."""
+    return phase_diagram(results, x, y, "ood/acc", ratio_metric="data/max_sum_ratio", ratio_label="R", **options)
 
 
 def max_sum_ratio(low: int, high: int) -> float:
@@ -49,7 +54,7 @@ def contours(ax):
 
 def test_heatmap_is_the_seed_mean_and_nan_where_no_trial_ran():
     df = grid_results(n_triggers=(4,), skip={(4, 8)})
-    fig = phase_diagram(df, LOW, HIGH, panels=[N_TRG])
+    fig = diagram(df, LOW, HIGH, panels=[N_TRG])
     (ax,) = panel_axes(fig)
     shown = np.ma.filled(ax.images[0].get_array().astype(float), np.nan)  # (n_high, n_low), origin lower
     lows, highs = sorted(df[LOW].unique()), sorted(df[HIGH].unique())
@@ -72,39 +77,39 @@ def test_heatmap_is_the_seed_mean_and_nan_where_no_trial_ran():
 def test_one_panel_per_combination_of_further_axes():
     df = grid_results(n_triggers=(4, 8, 16))
     df = pd.concat([df.assign(**{"model.n_layers": n}) for n in (1, 2)], ignore_index=True)
-    fig = phase_diagram(df, LOW, HIGH, panels=[N_TRG, "model.n_layers"])
+    fig = diagram(df, LOW, HIGH, panels=[N_TRG, "model.n_layers"])
     titles = {ax.get_title() for ax in panel_axes(fig)}
     assert len(panel_axes(fig)) == 6
     assert "task.n_triggers = 16, model.n_layers = 2" in titles
     with pytest.raises(ValueError, match="model.n_layers"):  # would be averaged with the seeds
-        phase_diagram(df, LOW, HIGH, panels=[N_TRG])
+        diagram(df, LOW, HIGH, panels=[N_TRG])
 
 
 def test_contour_drawn_only_when_the_level_is_inside_the_range():
     df = grid_results()
-    inside = phase_diagram(df, LOW, HIGH, ratio_level=0.4, panels=[N_TRG])
+    inside = diagram(df, LOW, HIGH, ratio_level=0.4, panels=[N_TRG])
     assert all(len(contours(ax)) == 1 for ax in panel_axes(inside))
     assert any("R = 0.4" == t.get_text() for ax in panel_axes(inside) for t in ax.texts)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # skipping must be silent, not a matplotlib "no contour levels" warning
-        outside = phase_diagram(df, LOW, HIGH, ratio_level=0.9, panels=[N_TRG])
-        single = phase_diagram(grid_results(lows=[3]), LOW, HIGH, ratio_level=0.4, panels=[N_TRG])
+        outside = diagram(df, LOW, HIGH, ratio_level=0.9, panels=[N_TRG])
+        single = diagram(grid_results(lows=[3]), LOW, HIGH, ratio_level=0.4, panels=[N_TRG])
     assert all(not contours(ax) for ax in panel_axes(outside))
     assert all(not contours(ax) for ax in panel_axes(single))
     assert panel_axes(single)[0].images[0].get_array().shape == (6, 1)
 
 
 def test_png_bytes_decode_to_a_non_uniform_image(tmp_path):
-    png = figure_to_png(phase_diagram(grid_results(), LOW, HIGH, ratio_level=0.4, panels=[N_TRG]))
+    png = png_bytes(diagram(grid_results(), LOW, HIGH, ratio_level=0.4, panels=[N_TRG]))
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 10
-    path = save_png(phase_diagram(grid_results(), LOW, HIGH, panels=[N_TRG]), tmp_path / "sub" / "phase.png")
+    path = save_png(diagram(grid_results(), LOW, HIGH, panels=[N_TRG]), tmp_path / "sub" / "phase.png")
     assert path.read_bytes().startswith(b"\x89PNG") and os.listdir(path.parent) == ["phase.png"]
 
 
 def test_report_is_self_contained_and_escaped(tmp_path):
-    png = figure_to_png(phase_diagram(grid_results(), LOW, HIGH, panels=[N_TRG]))
+    png = png_bytes(diagram(grid_results(), LOW, HIGH, panels=[N_TRG]))
     table = pd.DataFrame({"trial": ["<script>alert(1)</script>", "b&c"], "ood/acc": [0.98765, float("nan")],
                           LOW: [3.0, 4.0]})
     path = write_report(tmp_path / "report.html", "Grid <one>", [

@@ -2,7 +2,7 @@
 same answer whatever the history, as long as the evidence is the same."""
 import pytest
 
-from sweep.samplers import Evidence, boundary, minimal_value, next_value
+from sweep.search.bisection import Evidence, boundary, minimal_value, next_value
 
 VALUES = list(range(2, 14))  # widths 2..13
 

@@ -6,8 +6,9 @@ import optuna
 import pytest
 import yaml
 
-from sweep import best_outputs, search_loop
-from sweep import search as searching
+from sweep.search import loop, tables
+from sweep.search import studies as search_studies
+from sweep.search.config import load_search
 from sweep.space import point_id
 from tests.conftest import CONFIGS
 from tests.unit.conftest import R_NEEDED
@@ -18,10 +19,10 @@ DEBUG = CONFIGS / "debug_optimal_distribution.yaml"
 
 
 def setup(tmp_path, *overrides):
-    base, search = searching.load_search(DEBUG, list(overrides))
-    all_slices = searching.slices(base, search, base.name)
-    storage = searching.storage_for(None, tmp_path)
-    studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
+    base, search = load_search(DEBUG, list(overrides))
+    all_slices = search_studies.slices(base, search, base.name)
+    storage = search_studies.storage_for(None, tmp_path)
+    studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
     return base, search, all_slices, studies, storage
 
 
@@ -49,20 +50,20 @@ def write_config(tmp_path, search_changes: dict) -> str:
 def test_bad_params_name_their_key(tmp_path, changes, key):
     path = write_config(tmp_path, changes)
     with pytest.raises(ConfigError) as error:
-        base, search = searching.load_search(path, [])
-        searching.slices(base, search, base.name)
+        base, search = load_search(path, [])
+        search_studies.slices(base, search, base.name)
     assert error.value.key == key
 
 
 def test_threshold_with_per_round_above_one_is_refused(tmp_path):
     with pytest.raises(ConfigError) as error:
-        searching.load_search(CONFIGS / "debug_search.yaml", ["search.per_round=2"])
+        load_search(CONFIGS / "debug_search.yaml", ["search.per_round=2"])
     assert error.value.key == "search.per_round"
 
 
 def test_params_apply_only_to_their_slices_and_lists_are_gathered_back():
-    base, search = searching.load_search(DEBUG, [])
-    power, weights = searching.slices(base, search, base.name)
+    base, search = load_search(DEBUG, [])
+    power, weights = search_studies.slices(base, search, base.name)
     assert list(power.distributions("")) == ["task.lengths.low", "task.lengths.high", "task.lengths.exponent"]
     assert list(weights.distributions("")) == [f"task.lengths.weights[{i}]" for i in range(6)]
     params = {f"task.lengths.weights[{i}]": w for i, w in enumerate([0.1 + 0.2, 0, 1.0, 0.25, 0.5, 0.75])}
@@ -79,7 +80,7 @@ def test_point_ids_of_lists_read_well_and_long_ones_stay_unique_and_short():
 
 def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_once(tmp_path, fake_r_tune):
     base, search, all_slices, studies, storage = setup(tmp_path)
-    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     references = [p for points in fake_r_tune for p in points if p["task.lengths.family"] == "optimal"]
     assert references == [{"task.lengths.family": "optimal", "seed": 0}]  # both slices share Proposition 8's point
     assert len(fake_r_tune) == 2  # budget 6 at 3 candidates a round
@@ -89,7 +90,7 @@ def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_on
         for trial in done:  # the constraint says whether the candidate generalized
             assert (trial.constraints["success"] <= 0) == (trial.user_attrs["successes"] == 1)
 
-    best = best_outputs.best_rows(studies, all_slices, search, base, tmp_path)
+    best = tables.best_rows(studies, all_slices, search, base, tmp_path)
     for (_, row), study in zip(best.iterrows(), studies.values()):
         feasible = [t for t in study.get_trials() if t.state.name == "COMPLETE" and t.constraints["success"] <= 0]
         assert row["n_feasible"] == len(feasible)
@@ -100,8 +101,8 @@ def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_on
         assert row["reference data/cost"] == 3.0 and row["reference success_rate"] == 0.0  # q = (1/3, 2/3): R = 1/2
 
     # a re-run with the budget spent asks nothing and trains nothing
-    studies = {sl.study_name: searching.open_study(sl, search, storage) for sl in all_slices}
-    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
+    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     assert len(fake_r_tune) == 2
 
 
@@ -110,7 +111,7 @@ def test_invalid_proposals_are_pruned_with_their_reason(tmp_path, fake_r_tune):
     base, search, all_slices, studies, _ = setup(tmp_path)
     weights_study = studies[all_slices[1].study_name]
     weights_study.enqueue_trial({f"task.lengths.weights[{i}]": 0.0 for i in range(6)})
-    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     pruned = [t for t in weights_study.get_trials() if t.state == optuna.trial.TrialState.PRUNED]
     assert pruned and "positive weight" in pruned[0].user_attrs["pruned_because"]
     trained = [p for points in fake_r_tune for p in points if p["task.lengths.family"] == "weights"]
@@ -123,13 +124,13 @@ def test_a_repeated_candidate_in_one_round_gets_fresh_seeds(tmp_path, fake_r_tun
     same = {"task.lengths.low": 1, "task.lengths.high": 6, "task.lengths.exponent": 1.0}
     power.enqueue_trial(same)
     power.enqueue_trial(same)
-    search_loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
     seeds = [t.user_attrs["seed_list"] for t in power.get_trials() if t.params == same]
     assert seeds == [[0], [1]]
 
 
 def test_success_constraint_is_the_graded_shortfall_of_the_mth_best_seed(tmp_path, fake_r_tune):
-    base, search = searching.load_search(CONFIGS / "debug_search.yaml", ["search.sampler=tpe",
+    base, search = load_search(CONFIGS / "debug_search.yaml", ["search.sampler=tpe",
                                                                          "search.success.seeds=[0,1,2]",
                                                                          "search.success.min_seeds=2"])
     study = optuna.create_study()
@@ -142,5 +143,5 @@ def test_success_constraint_is_the_graded_shortfall_of_the_mth_best_seed(tmp_pat
             (tmp_path / "trials" / point_id(point)).mkdir(parents=True)
             (tmp_path / "trials" / point_id(point) / "result.json").write_text(json.dumps({"ood/acc": acc}))
             points.append(point)
-        search_loop.tell(study, trial, points, search, tmp_path)
+        loop.tell(study, trial, points, search, tmp_path)
         assert study.trials[-1].constraints["success"] == pytest.approx(shortfall)

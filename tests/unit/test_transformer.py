@@ -1,10 +1,12 @@
-"""The practical transformer (SPEC §3): shapes, causality, readable attention, and every option builds and trains."""
+"""The practical transformer (SPEC §3): shapes, causality, attention readable from the cache, the query-only path equal
+to the full one, and every option builds and trains."""
 import itertools
 
 import pytest
 import torch
 
 from trainables import config
+from trainables.models import pattern_at, patterns
 from trainables.models.transformer import POSITIONAL, Transformer, TransformerConfig, residual_width
 from trainables.train import train
 from tests.conftest import CONFIGS
@@ -28,9 +30,10 @@ def make(cfg: TransformerConfig, seed: int = 0) -> Transformer:
 def test_shapes_and_attention_patterns(cfg):
     model = make(cfg)
     tokens = torch.randint(N, (3, 9))
-    logits, patterns = model.run(tokens)
-    assert logits.shape == (3, 9, N) and len(patterns) == cfg.n_layers
-    for p in patterns:
+    logits, cache = model.run_with_cache(tokens)
+    assert logits.shape == (3, 9, N) and len(patterns(cache)) == cfg.n_layers
+    assert list(cache) == [f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers)]
+    for p in patterns(cache):
         assert p.shape == (3, cfg.n_heads, 9, 9)
         assert torch.allclose(p.sum(-1), torch.ones(3, cfg.n_heads, 9))
         assert (p.triu(diagonal=1) == 0).all()  # no attention to later positions
@@ -40,23 +43,29 @@ def test_shapes_and_attention_patterns(cfg):
 def test_changing_a_later_token_never_changes_an_earlier_output(cfg):
     model = make(cfg)
     tokens = torch.randint(N, (2, 10))
-    logits, _ = model.run(tokens)
+    logits = model(tokens)
     for j in (3, 7):
         changed = tokens.clone()
         changed[:, j] = (changed[:, j] + 1) % N
-        logits2, _ = model.run(changed)
+        logits2 = model(changed)
         assert torch.allclose(logits[:, :j], logits2[:, :j], atol=1e-6)
         assert not torch.allclose(logits[:, j:], logits2[:, j:])  # and the change does reach position j
 
 
-def test_forward_reads_the_query_row_of_run():
-    model = make(TransformerConfig(n_layers=2, n_heads=2, positional="relative"))
+@pytest.mark.parametrize("cfg", VARIANTS[1::3], ids=lambda c: f"{c.embedding}-{c.positional}-tied{c.tied_kq}-h{c.n_heads}-mlp{c.mlp}")
+def test_the_query_path_equals_the_query_rows_of_the_full_run(cfg):
+    """With `query`, the last layer and the unembedding run at the query only: same numbers, fewer of them."""
+    model = make(TransformerConfig(**{**vars(cfg), "n_layers": 2}))
     tokens = torch.randint(N, (4, 8))
     query = torch.tensor([7, 3, 5, 0])
-    logits, attention = model(tokens, query)
-    full_logits, patterns = model.run(tokens)
-    assert torch.equal(logits, full_logits[torch.arange(4), query])
-    assert torch.equal(attention[1], patterns[1][torch.arange(4), :, query])  # (B, H, T)
+    rows = torch.arange(4)
+    logits, cache = model.run_with_cache(tokens, query)
+    full_logits, full_cache = model.run_with_cache(tokens)
+    assert logits.shape == (4, N) and cache["blocks.1.attn.hook_pattern"].shape == (4, cfg.n_heads, 1, 8)
+    assert torch.allclose(logits, full_logits[rows, query], atol=1e-6)
+    for layer in (0, 1):  # pattern_at reads the query row wherever the layer ran
+        assert torch.allclose(pattern_at(cache, layer, query), pattern_at(full_cache, layer, query), atol=1e-6)
+    assert torch.allclose(pattern_at(full_cache, 1, query), full_cache["blocks.1.attn.hook_pattern"][rows, :, query])
 
 
 def test_onehot_width_is_the_sum_of_its_parts():
@@ -69,7 +78,7 @@ def test_onehot_width_is_the_sum_of_its_parts():
 def test_every_positional_scheme_trains(positional):
     """Training lowers the ID loss far below chance (log N) within a few hundred steps, for each scheme."""
     overrides = [f"model.positional={positional}", "optim.max_steps=150", "eval.every=150", "eval.n_id=128",
-                 "eval.n_ood=64", "eval.n_pairs_per_cell=1"]
+                 "eval.n_ood=64", "task.n_pairs_per_cell=1"]
     if positional != "onehot_abs":
         overrides += ["model.prev_token=true"]  # without absolute positions, a previous-token feature helps it learn fast
     result = train(config.load(CONFIGS / "debug.yaml", overrides))

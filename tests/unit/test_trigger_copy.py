@@ -5,9 +5,9 @@ from collections import Counter
 import pytest
 import torch
 
-from trainables.tasks import trigger_copy as tc
+from trainables.tasks.trigger_copy import data as tc
 from trainables.tasks.lengths import LengthsConfig, distribution
-from trainables.tasks.trigger_copy import FILLER, OUTPUT, PAD, QUERY, TRIGGER, TriggerCopyConfig
+from trainables.tasks.trigger_copy.data import FILLER, OUTPUT, PAD, QUERY, TRIGGER, TriggerCopyConfig
 
 CONFIGS = {
     "paper": TriggerCopyConfig(),  # N=32, L=36, N_trg=4, Unif{3..15}
@@ -26,17 +26,19 @@ def check_geometry(cfg: TriggerCopyConfig, batch) -> None:
     """Every sequence is (f_1..f_l1, t, o, g_1..g_l2, t) then padding, with labels to match."""
     n_trg = cfg.n_triggers
     B, width = batch.tokens.shape
-    assert batch.labels.shape == (B, width) and batch.targets.shape == batch.l1.shape == batch.l2.shape == (B,)
+    assert batch.labels.shape == batch.targets.shape == batch.loss_mask.shape == (B, width)
+    assert batch.scored_targets().shape == batch.info["l1"].shape == batch.info["l2"].shape == (B,)
     assert width == int(batch.query.max()) + 1
+    assert torch.equal(batch.loss_mask, batch.labels == QUERY)  # exactly one scored position: the query
     for b in range(B):
-        l1, l2 = int(batch.l1[b]), int(batch.l2[b])
+        l1, l2 = int(batch.info["l1"][b]), int(batch.info["l2"][b])
         T, q = l1 + l2 + 3, int(batch.query[b])
         tokens, labels = batch.tokens[b].tolist(), batch.labels[b].tolist()
         assert l1 >= 1 and l2 >= 1
         assert q == T - 1 and T <= cfg.max_len - 1
         trigger, output = tokens[l1], tokens[l1 + 1]
         assert 0 <= trigger < n_trg and tokens[q] == trigger
-        assert output == int(batch.targets[b]) and n_trg <= output < cfg.vocab_size
+        assert output == int(batch.scored_targets()[b]) and n_trg <= output < cfg.vocab_size
         assert labels[l1] == TRIGGER and labels[l1 + 1] == OUTPUT and labels[q] == QUERY
         for i in range(T):
             if i not in (l1, l1 + 1, q):
@@ -58,8 +60,8 @@ def test_train_split_has_equal_lengths_in_the_support(name):
     cfg = CONFIGS[name]
     batch = draw(cfg, 500, "train", seed=2)
     support = set(distribution(cfg.lengths, cfg.n_triggers))
-    assert torch.equal(batch.l1, batch.l2)
-    assert set(batch.l1.tolist()) == support  # 500 draws reach every length of these small supports
+    assert torch.equal(batch.info["l1"], batch.info["l2"])
+    assert set(batch.info["l1"].tolist()) == support  # 500 draws reach every length of these small supports
     assert int(batch.query.max()) + 1 <= cfg.max_len - 1
 
 
@@ -69,13 +71,13 @@ def test_displaced_keeps_training_length_and_moves_the_trigger(name):
     cfg = CONFIGS[name]
     batch = draw(cfg, 3000, "displaced", seed=3)
     support = sorted(distribution(cfg.lengths, cfg.n_triggers))
-    total = batch.l1 + batch.l2
+    total = batch.info["l1"] + batch.info["l2"]
     assert bool((total % 2 == 0).all())
     l = total // 2
     assert set(l.tolist()) == set(support[1:])
-    assert bool((batch.l1 != batch.l2).all())
-    assert bool(((batch.l1 >= 1) & (batch.l1 <= 2 * l - 1)).all())
-    seen = set(zip(l.tolist(), batch.l1.tolist()))
+    assert bool((batch.info["l1"] != batch.info["l2"]).all())
+    assert bool(((batch.info["l1"] >= 1) & (batch.info["l1"] <= 2 * l - 1)).all())
+    seen = set(zip(l.tolist(), batch.info["l1"].tolist()))
     assert seen == {(m, a) for m in support[1:] for a in range(1, 2 * m) if a != m}
 
 
@@ -84,8 +86,8 @@ def test_displaced_falls_back_to_the_whole_support_when_it_has_one_length():
     cfg = TriggerCopyConfig(vocab_size=10, max_len=20, n_triggers=2,
                             lengths=LengthsConfig(family="weights", weights=[0, 0, 0, 0, 1.0]))
     batch = draw(cfg, 500, "displaced", seed=4)
-    assert bool((batch.l1 + batch.l2 == 10).all())
-    assert set(batch.l1.tolist()) == {1, 2, 3, 4, 6, 7, 8, 9}
+    assert bool((batch.info["l1"] + batch.info["l2"] == 10).all())
+    assert set(batch.info["l1"].tolist()) == {1, 2, 3, 4, 6, 7, 8, 9}
     check_geometry(cfg, batch)
 
 
@@ -102,8 +104,24 @@ def test_all_pairs_covers_every_pair_equally(repeats):
     cfg = TriggerCopyConfig(vocab_size=16, max_len=20, n_triggers=2)
     pairs = [tuple(p) for p in tc.valid_pairs(cfg.max_len).tolist()]
     batch = draw(cfg, repeats * len(pairs), "all_pairs", seed=5)
-    counts = Counter(zip(batch.l1.tolist(), batch.l2.tolist()))
+    counts = Counter(zip(batch.info["l1"].tolist(), batch.info["l2"].tolist()))
     assert counts == Counter({p: repeats for p in pairs})
+
+
+@pytest.mark.parametrize("split", tc.SPLITS)
+def test_pad_to_widens_the_batch_without_changing_a_draw(split):
+    """Members of one shape batch together: padding to a fixed width changes no token, label or target."""
+    cfg = CONFIGS["paper"]
+    plain = draw(cfg, 64, split, seed=5)
+    padded = tc.sample(cfg, 64, torch.Generator().manual_seed(5), split, pad_to=cfg.max_len - 1)
+    width = plain.tokens.shape[1]
+    assert padded.tokens.shape == (64, cfg.max_len - 1)
+    for name in ("tokens", "labels", "targets", "loss_mask"):
+        assert torch.equal(getattr(padded, name)[:, :width], getattr(plain, name))
+    assert (padded.labels[:, width:] == PAD).all() and not padded.loss_mask[:, width:].any()
+    assert torch.equal(padded.scored_targets(), plain.scored_targets())
+    with pytest.raises(ValueError, match="pad_to"):
+        tc.sample(cfg, 64, torch.Generator().manual_seed(5), split, pad_to=width - 1 if width > 5 else 4)
 
 
 @pytest.mark.parametrize("split", tc.SPLITS)
@@ -111,8 +129,10 @@ def test_same_seed_gives_identical_batches(split):
     """A batch is a function of the seed: every field is equal for equal seeds."""
     cfg = CONFIGS["paper"]
     a, b = draw(cfg, 200, split, seed=7), draw(cfg, 200, split, seed=7)
-    for field in ("tokens", "labels", "targets", "l1", "l2"):
+    for field in ("tokens", "labels", "targets", "loss_mask", "query"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field
+    assert a.info.keys() == b.info.keys() == {"l1", "l2"}
+    assert all(torch.equal(a.info[k], b.info[k]) for k in a.info)
 
 
 @pytest.mark.parametrize("split", tc.SPLITS)
@@ -129,7 +149,7 @@ def test_train_length_frequencies_match_q():
     cfg = CONFIGS["small_power"]
     q = distribution(cfg.lengths, cfg.n_triggers)
     n = 20000
-    counts = Counter(draw(cfg, n, "train", seed=9).l1.tolist())
+    counts = Counter(draw(cfg, n, "train", seed=9).info["l1"].tolist())
     assert set(counts) == set(q)
     for l, p in q.items():
         assert abs(counts[l] / n - p) <= 4 * math.sqrt(p * (1 - p) / n), l
@@ -149,7 +169,7 @@ def test_outputs_fillers_and_triggers_are_uniform():
             assert abs(counts[c] / total - p) <= 4 * math.sqrt(p * (1 - p) / total), c
 
     others = range(cfg.n_triggers, cfg.vocab_size)
-    check_uniform(batch.targets.tolist(), others)
+    check_uniform(batch.scored_targets().tolist(), others)
     check_uniform(batch.tokens[batch.labels == FILLER].tolist(), others)
     check_uniform(batch.tokens[batch.labels == TRIGGER].tolist(), range(cfg.n_triggers))
 

@@ -2,8 +2,8 @@
 
 x_t = [p_t ; e_{z_t} ; e_{z_{t-1}}] in R^D, D = L + 2N, and f(X) = W_V X softmax(X^T W_KQ x_T) in R^N. The
 previous-token feature is hard-coded, so a single W_KQ can hold an induction head: key "previous token = w" matched
-with query "current token = w". Algorithm 1 (one W_V step, then one W_KQ step) lives in train.py; this file is the
-model only.
+with query "current token = w". Algorithm 1 (one W_V step, then one W_KQ step) is its two training phases (SPEC
+below); train.py runs them like any other phases.
 """
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from trainables.errors import require
+from trainables.models import ModelSpec
+from trainables.optim import Phase
 
 
 @dataclass
@@ -44,8 +48,8 @@ class OneStepModel(nn.Module):
         X[:, 0, L + N :] = 0  # e_{z_0} = 0: the first token has no previous token
         return X  # scatter, not one_hot + cat: the (B, T, D) float tensor is written once (hot path, 8192 x 33 x 98)
 
-    def forward(self, tokens: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits at the query and the attention it paid: ((B, N), [(B, 1, T)]) — one layer, one head.
+    def run_with_cache(self, tokens: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Logits at the query (B, N) and the attention it paid, cached as `blocks.0.attn.hook_pattern` (B, 1, 1, T).
 
         Positions after each sequence's query are padding and get no attention, so X is the sequence up to its query.
         """
@@ -58,4 +62,47 @@ class OneStepModel(nn.Module):
         attention = scores.masked_fill(after_query, float("-inf")).softmax(dim=-1)  # (B, T)
         context = torch.einsum("btd,bt->bd", X, attention)  # (B, D): X softmax(.)
         logits = context @ self.W_V.T  # (B, N)
-        return logits, [attention[:, None, :]]
+        return logits, {"blocks.0.attn.hook_pattern": attention[:, None, None, :]}
+
+    def forward(self, tokens: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        return self.run_with_cache(tokens, query)[0]
+
+    def matrices(self) -> dict[str, torch.Tensor]:
+        return {"W_KQ": self.W_KQ, "W_V": self.W_V}
+
+
+class OneStepSpec(ModelSpec):
+    name = "one_step"
+    config = OneStepConfig
+    needs_query = True
+    uses_optim = False
+
+    def build(self, cfg: OneStepConfig, d_vocab: int, n_ctx: int) -> OneStepModel:
+        return OneStepModel(d_vocab, n_ctx)
+
+    def validate(self, cfg: OneStepConfig, d_vocab: int, n_ctx: int) -> None:
+        require(*((f"model.{k}", getattr(cfg, k) > 0, "must be > 0")
+                  for k in ("eta_V", "eta_KQ", "n_samples_V", "n_samples_KQ")))
+
+    def phases(self, cfg: OneStepConfig, optim, model: OneStepModel) -> list[Phase]:
+        """Algorithm 1: from W_KQ = W_V = 0, one plain gradient step on W_V, then one on W_KQ at the new W_V, each
+        on fresh samples. Plain SGD without momentum makes each step exactly W <- W - eta * grad."""
+        return [Phase(torch.optim.SGD([model.W_V], lr=cfg.eta_V), 1, cfg.n_samples_V),
+                Phase(torch.optim.SGD([model.W_KQ], lr=cfg.eta_KQ), 1, cfg.n_samples_KQ)]
+
+    def figures(self, arrays: dict) -> dict:
+        """W_KQ (D x D, rows = key features, columns = query features) with the blocks of [p_t ; e_{z_t} ; e_{z_{t-1}}]:
+        the shortcut is a peak in the position x position block, the induction head one in the (key prev token) x
+        (query token) block (Lemma 7)."""
+        if "W_KQ" not in arrays or "W_V" not in arrays:
+            return {}
+        from trainables import figures
+
+        N = arrays["W_V"].shape[0]  # W_V: (N, D)
+        L = arrays["W_KQ"].shape[0] - 2 * N
+        blocks = [("position", L), ("token", N), ("prev token", N)]
+        return {"mech/W_KQ": figures.block_matrix(arrays["W_KQ"], blocks, "One-step W_KQ", "key feature",
+                                                  "query feature")}
+
+
+SPEC = OneStepSpec()

@@ -1,7 +1,7 @@
 """Configurable causal transformer for the practical experiments (SPEC §3), attention readable after every forward.
 
-Names follow TransformerLens: d_vocab, n_ctx, d_model, n_layers, n_heads, d_head, W_Q, W_K, W_V, W_O. Every layer
-returns its attention pattern (B, H, T, T); `forward` hands back the query row of each.
+Names follow TransformerLens: d_vocab, n_ctx, d_model, n_layers, n_heads, d_head, W_Q, W_K, W_V, W_O. Every layer's
+attention pattern is in the cache `run_with_cache` returns (`blocks.{i}.attn.hook_pattern`).
 """
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from trainables.errors import require
+from trainables.models import ModelSpec
 
 POSITIONAL = ("onehot_abs", "learned_abs", "relative", "rotary", "none")
 EMBEDDINGS = ("onehot", "learned")
@@ -63,27 +66,33 @@ class Attention(nn.Module):
             inv_freq = 10000 ** (-torch.arange(0, d_key, 2).float() / d_key)
             self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, T, D) -> residual update (B, T, D) and the causal pattern (B, H, T, T)."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention from the rows of x at `positions` to every row of x.
+
+        x (B, T, D); positions (1, T_q) (every row: arange(T)) or (B, 1) (each sequence's query) -> residual update
+        (B, T_q, D) and the causal pattern (B, H, T_q, T).
+        """
         T = x.shape[1]
-        q = torch.einsum("btd,hde->bhte", x, self.W_Q)  # (B, H, T, d_key)
-        k = x[:, None].expand(-1, q.shape[1], -1, -1) if self.tied_kq else torch.einsum("btd,hde->bhte", x, self.W_K)
+        x_query = x if positions.shape[0] == 1 else x[torch.arange(len(x), device=x.device), positions[:, 0], None]
+        q = torch.einsum("bqd,hde->bhqe", x_query, self.W_Q)  # (B, H, T_q, d_key)
+        k = x[:, None] if self.tied_kq else torch.einsum("btd,hde->bhte", x, self.W_K)  # (B, 1 or H, T, d_key)
         if self.positional == "rotary":
-            q, k = self._rotate(q), self._rotate(k)
-        scores = (q @ k.transpose(-1, -2)) * self.scale  # (B, H, T_query, T_key)
-        offset = torch.arange(T, device=x.device)[:, None] - torch.arange(T, device=x.device)[None, :]  # (T, T)
+            q, k = self._rotate(q, positions), self._rotate(k, torch.arange(T, device=x.device)[None])
+        scores = (q @ k.transpose(-1, -2)) * self.scale  # (B, H, T_q, T)
+        offset = positions[..., None] - torch.arange(T, device=x.device)  # (B or 1, T_q, T): query minus key position
         if self.positional == "relative":
-            scores = scores + self.relative_bias[:, offset.clamp(min=0)]  # (H, T, T) broadcast over B
-        pattern = scores.masked_fill(offset < 0, float("-inf")).softmax(dim=-1)  # causal: keys j <= query i
+            scores = scores + self.relative_bias[:, offset.clamp(min=0)].transpose(0, 1)  # (B or 1, H, T_q, T)
+        pattern = scores.masked_fill((offset < 0)[:, None], float("-inf")).softmax(dim=-1)  # causal: keys <= query
         v = torch.einsum("btd,hde->bhte", x, self.W_V)  # (B, H, T, d_head)
-        out = torch.einsum("bhqt,bhte,hed->bqd", pattern, v, self.W_O)  # (B, T, D), heads summed
+        out = torch.einsum("bhqt,bhte,hed->bqd", pattern, v, self.W_O)  # (B, T_q, D), heads summed
         return out, pattern
 
-    def _rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """Rotary embedding on (B, H, T, E): rotate each consecutive pair of features by position * frequency."""
-        angle = torch.arange(x.shape[2], device=x.device)[:, None] * self.inv_freq[None, :]  # (T, E/2)
+    def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotary embedding of x (B, H, T_x, E) at positions (B or 1, T_x): each consecutive pair of features turns by
+        position * frequency."""
+        angle = (positions[..., None] * self.inv_freq)[:, None]  # (B or 1, 1, T_x, E/2)
         cos, sin = angle.cos(), angle.sin()
-        even, odd = x[..., 0::2], x[..., 1::2]  # (B, H, T, E/2)
+        even, odd = x[..., 0::2], x[..., 1::2]  # (B, H, T_x, E/2)
         return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
@@ -99,9 +108,10 @@ class Block(nn.Module):
             else None
         )
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        update, pattern = self.attn(self.ln_attn(x))
-        x = x + update
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, D) -> the residual stream at `positions` (B, T_q, D) and the layer's pattern (B, H, T_q, T)."""
+        update, pattern = self.attn(self.ln_attn(x), positions)
+        x = (x if positions.shape[0] == 1 else x[torch.arange(len(x), device=x.device), positions[:, 0], None]) + update
         if self.mlp is not None:
             x = x + self.mlp(self.ln_mlp(x))
         return x, pattern
@@ -140,17 +150,57 @@ class Transformer(nn.Module):
             x = x + self.W_pos[:T]
         return x
 
-    def run(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits at every position (B, T, N) and each layer's causal attention pattern (B, H, T, T)."""
-        x = self.embed(tokens)
-        patterns = []
-        for block in self.blocks:
-            x, pattern = block(x)
-            patterns.append(pattern)
-        return self.ln_final(x) @ self.W_U, patterns
+    def run_with_cache(self, tokens: torch.Tensor,
+                       query: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Logits and the cache of named activations (`blocks.{i}.attn.hook_pattern`: (B, H, T_q, T)).
 
-    def forward(self, tokens: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits at each sequence's query (B, N) and each layer's attention from it, [(B, H, T)] per layer."""
-        logits, patterns = self.run(tokens)
-        rows = torch.arange(len(tokens), device=tokens.device)
-        return logits[rows, query], [p[rows, :, query] for p in patterns]
+        Without `query`, logits (B, T, N) at every position. With `query` (B,), the last layer and the unembedding run
+        at each sequence's query only, since nothing else is scored: logits (B, N), the last pattern (B, H, 1, T).
+        """
+        x = self.embed(tokens)  # (B, T, d_model)
+        every_row = torch.arange(tokens.shape[1], device=tokens.device)[None]  # (1, T)
+        cache = {}
+        for i, block in enumerate(self.blocks):
+            last = i == len(self.blocks) - 1
+            x, cache[f"blocks.{i}.attn.hook_pattern"] = block(x, query[:, None] if last and query is not None
+                                                              else every_row)
+        logits = self.ln_final(x) @ self.W_U  # (B, T, N), or (B, 1, N) at the query
+        return (logits if query is None else logits[:, 0]), cache
+
+    def forward(self, tokens: torch.Tensor, query: torch.Tensor | None = None) -> torch.Tensor:
+        return self.run_with_cache(tokens, query)[0]
+
+    def matrices(self) -> dict[str, torch.Tensor]:
+        return {}
+
+
+class TransformerSpec(ModelSpec):
+    name = "transformer"
+    config = TransformerConfig
+
+    def build(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int) -> Transformer:
+        return Transformer(cfg, d_vocab, n_ctx)
+
+    def validate(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int) -> None:
+        require(
+            ("model.n_layers", cfg.n_layers >= 1, "must be >= 1"),
+            ("model.n_heads", cfg.n_heads >= 1, "must be >= 1"),
+            ("model.embedding", cfg.embedding in EMBEDDINGS, f"must be one of {', '.join(EMBEDDINGS)}"),
+            ("model.positional", cfg.positional in POSITIONAL, f"must be one of {', '.join(POSITIONAL)}"),
+            ("model.positional", cfg.positional != "onehot_abs" or cfg.embedding == "onehot",
+             "onehot_abs concatenates a one-hot position and needs model.embedding=onehot (use learned_abs)"),
+            ("model.d_model", cfg.embedding == "onehot" or cfg.d_model >= 1, "must be >= 1"),
+            ("model.d_head", cfg.d_head >= 0, "must be >= 0 (0 means d_model // n_heads)"),
+            ("model.init_std", cfg.init_std > 0, "must be > 0"),
+        )
+        d_model = residual_width(cfg, d_vocab, n_ctx)
+        d_head = head_width(cfg, d_model)
+        d_key = d_model if cfg.tied_kq else d_head
+        require(
+            ("model.n_heads", d_head >= 1, f"d_model = {d_model} leaves no width per head; set model.d_head"),
+            ("model.positional", cfg.positional != "rotary" or d_key % 2 == 0,
+             f"rotary needs an even key width, got {d_key} (change model.d_head or model.d_model)"),
+        )
+
+
+SPEC = TransformerSpec()

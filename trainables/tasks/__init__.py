@@ -1,4 +1,161 @@
-"""Task registry: `task.name` picks the config schema and the generator."""
-from trainables.tasks.trigger_copy import TriggerCopyConfig
+"""The Task protocol and the TASKS registry: everything task-specific lives behind it.
 
-CONFIGS = {"trigger_copy": TriggerCopyConfig}
+A task is one folder under trainables/tasks/ whose package exposes TASK, an instance of a Task subclass. Training,
+the sweeps, W&B and the reports know tasks only through this interface: the config dataclass and its validation,
+the generator (`sample` -> Batch with per-position labels and a loss mask), the evaluation splits and their metrics,
+the diversity measures (`data/*`), the success metric, the theory's reference lines, the figures of a trial's
+arrays and the headline columns that progress tables, reports and W&B panels show. `task.name` in a config picks one.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Batch:
+    """Sequences of one task, right-padded to one width; the loss and accuracy read `targets` where `loss_mask`."""
+
+    tokens: torch.Tensor  # (B, T) long
+    targets: torch.Tensor  # (B, T) long: what each position should predict (meaningful where loss_mask)
+    loss_mask: torch.Tensor  # (B, T) bool: the positions the loss and the accuracy score
+    labels: torch.Tensor  # (B, T) long: the task's per-position labels; its metrics slice by them
+    query: torch.Tensor | None = None  # (B,): set when exactly one position per sequence is scored, its index;
+    # models then run their last layer and unembedding there only
+    info: dict[str, torch.Tensor] = field(default_factory=dict)  # per-sequence facts, (B,) each (trigger copy: l1, l2)
+
+    def to(self, device) -> "Batch":
+        move = lambda t: None if t is None else t.to(device)
+        return Batch(move(self.tokens), move(self.targets), move(self.loss_mask), move(self.labels), move(self.query),
+                     {k: move(v) for k, v in self.info.items()})
+
+    def scored_targets(self) -> torch.Tensor:
+        """(M,) the targets the loss reads, in the order of the model's scored logits (see train.scored)."""
+        if self.query is not None:
+            return self.targets[torch.arange(len(self.query), device=self.query.device), self.query]
+        return self.targets[self.loss_mask]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One W&B panel as plain data (trainables imports no wandb; dashboards/workspace.py builds the real panel).
+
+    kind: `line` (y metrics over steps, optionally grouped by a run config key), `scatter` (summary x against
+    summary y: metrics = (x, y)) or `media` (media keys)."""
+
+    kind: str
+    metrics: tuple[str, ...]
+    title: str = ""
+    group_by: str = ""
+
+
+@dataclass(frozen=True)
+class PanelSection:
+    name: str
+    intro: str  # the question the section answers, shown above it in the W&B report
+    panels: tuple[Panel, ...]
+
+
+class Task:
+    """What a task must say about itself. Subclasses set the attributes and implement the methods without defaults.
+
+    Keys in ConfigErrors are full dotted keys (`task.n_triggers`), so every message names what a user typed.
+    """
+
+    name: str
+    config: type  # the task's config dataclass (the `task:` section)
+    success_metric: str = "ood/acc"  # what "generalizes OOD" is read from: success when >= eval.threshold
+    diversity_axis: str = "data/max_sum_ratio"  # the data/* measure reports plot results against
+    diversity_label: str = ""  # how that axis reads on a figure, e.g. "R (small = diverse)"
+    headline: tuple[str, ...] = ()  # metrics a trial's one-line summary and the reports show first
+    table_columns: tuple[str, ...] = ()  # the metrics of the reports' results tables
+    curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels
+    short_names: dict[str, str] = {}  # the live progress table's columns: metric -> a narrow name
+    figure_note: str = ""  # one sentence that explains the markers of the task's figures (HTML-escaped by the report)
+    dashboard: tuple[PanelSection, ...] = ()  # the W&B workspace and report sections
+
+    # --- config -------------------------------------------------------------------------------------------------
+    def resolve(self, cfg) -> None:
+        """Fill derived fields in place before validation (e.g. a width that sets an upper bound)."""
+
+    def validate(self, cfg) -> None:
+        """Raise ConfigError for a config that cannot run or would silently mean something else."""
+        raise NotImplementedError
+
+    def dims(self, cfg) -> tuple[int, int]:
+        """(d_vocab, n_ctx): the vocabulary size and the longest sequence a model must read."""
+        raise NotImplementedError
+
+    def query_only(self, cfg) -> bool:
+        """Whether every batch scores exactly one position per sequence (Batch.query is set)."""
+        return False
+
+    # --- data ---------------------------------------------------------------------------------------------------
+    def sample(self, cfg, n: int, generator: torch.Generator, split: str = "train", pad_to: int | None = None) -> Batch:
+        """n sequences of `split`, drawn only from `generator`; padded to `pad_to` positions when given (so batches
+        of members with one shape stack), else to the longest sequence."""
+        raise NotImplementedError
+
+    def eval_splits(self, cfg) -> dict[str, str]:
+        """Metric prefix -> split of the fixed evaluation sets, e.g. {"id": "train", "ood": "displaced"}."""
+        raise NotImplementedError
+
+    # --- measurements -------------------------------------------------------------------------------------------
+    def metrics(self, cfg, prefix: str, batch: Batch, logits: torch.Tensor, cache: dict) -> dict[str, float]:
+        """Task metrics of one evaluation split beyond `<prefix>/loss` and `<prefix>/acc` (train.evaluate's)."""
+        return {}
+
+    def weight_metrics(self, cfg, matrices: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Probes of a model's named weight matrices (models/: `matrices()`), e.g. the one-step W_KQ's peaks."""
+        return {}
+
+    def diversity(self, cfg) -> dict[str, float]:
+        """The `data/*` measures of the training distribution, known before any training."""
+        return {}
+
+    def theory(self, cfg) -> dict[str, float]:
+        """Reference values the theory predicts for metrics of this config (drawn dashed beside measurements)."""
+        return {}
+
+    def shape(self, cfg) -> dict[int, float] | None:
+        """The training distribution over the task's diversity variable, for shape searches (None: not one)."""
+        return None
+
+    def readouts(self, cfg, model, ood: Batch, generator: torch.Generator,
+                 n_examples: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Task-specific arrays of the final readout (attention.npz), beside the generic ones readouts.py saves, and
+        final metrics read off them (e.g. trigger copy's all_pairs/acc)."""
+        return {}, {}
+
+    def figures(self, arrays: dict[str, np.ndarray]) -> dict:
+        """W&B media key -> matplotlib Figure of a trial's arrays (attention.npz)."""
+        return {}
+
+    # --- naming -------------------------------------------------------------------------------------------------
+    def run_name(self, cfg) -> str:
+        """A short readable name of the data settings (the seed is appended by the caller)."""
+        return self.name
+
+    def tags(self, cfg) -> list[str]:
+        """W&B tags reviewers filter by, beyond the task's and the model's names."""
+        return []
+
+
+def _registry() -> dict[str, Task]:
+    from trainables.tasks.trigger_copy import TASK as trigger_copy
+
+    return {task.name: task for task in (trigger_copy,)}
+
+
+TASKS: dict[str, Task] = _registry()
+DEFAULT = next(iter(TASKS))
+
+
+def task_of(cfg) -> Task:
+    """The Task of a Config (or of a plain config dict, as read back from an output directory's config.yaml)."""
+    section = cfg["task"] if isinstance(cfg, Mapping) else cfg.task
+    name = section.get("name", DEFAULT) if isinstance(section, Mapping) else section.name
+    return TASKS[name]

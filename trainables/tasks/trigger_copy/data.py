@@ -3,13 +3,16 @@
 Tokens are 0-indexed: triggers are 0..N_trg-1, outputs and fillers N_trg..N-1. Positions in code are 0-indexed:
 the first trigger sits at index l1, the output at l1 + 1, the query at T - 1 with T = l1 + l2 + 3.
 Everything is drawn in a fixed order from one explicit torch.Generator, so a batch is a function of the seed.
+Per-position labels (FILLER, TRIGGER, OUTPUT, QUERY, PAD) say what each position holds; only the query is scored.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
+from trainables.tasks import Batch
 from trainables.tasks.lengths import LengthsConfig, distribution
 
 SPLITS = ("train", "displaced", "all_pairs")
@@ -29,24 +32,7 @@ class TriggerCopyConfig:
     n_triggers: int = 4  # N_trg: tokens 0..N_trg-1 are triggers
     lengths: LengthsConfig = field(default_factory=LengthsConfig)
     ood_split: str = "displaced"  # displaced (paper §4.1: same T, trigger moved) | all_pairs (Definition 2)
-
-
-@dataclass
-class Batch:
-    """A batch of right-padded sequences; the loss is read at `query` only."""
-
-    tokens: torch.Tensor  # (B, T_max) long; padding past the query is token 0 with label PAD
-    labels: torch.Tensor  # (B, T_max) long: FILLER, TRIGGER (first occurrence), OUTPUT, QUERY or PAD
-    targets: torch.Tensor  # (B,) long: the output token o
-    l1: torch.Tensor  # (B,) fillers before the first trigger
-    l2: torch.Tensor  # (B,) fillers between the output and the query
-
-    @property
-    def query(self) -> torch.Tensor:  # (B,) index of the second trigger, T - 1
-        return self.l1 + self.l2 + 2
-
-    def to(self, device) -> "Batch":
-        return Batch(*(t.to(device) for t in (self.tokens, self.labels, self.targets, self.l1, self.l2)))
+    n_pairs_per_cell: int = 4  # final readout: all_pairs sequences per (l1, l2) cell of the OOD accuracy matrix
 
 
 def valid_pairs(max_len: int) -> torch.Tensor:
@@ -56,8 +42,11 @@ def valid_pairs(max_len: int) -> torch.Tensor:
     return grid[grid.sum(1) + 3 <= max_len - 1]
 
 
-def sample(cfg: TriggerCopyConfig, n: int, generator: torch.Generator, split: str = "train") -> Batch:
-    """n sequences of `split`: train (l ~ D_l, l1 = l2 = l), displaced or all_pairs (SPEC §1)."""
+def sample(cfg: TriggerCopyConfig, n: int, generator: torch.Generator, split: str = "train",
+           pad_to: int | None = None) -> Batch:
+    """n sequences of `split`: train (l ~ D_l, l1 = l2 = l), displaced or all_pairs (SPEC §1), scored at the query.
+
+    Right-padded to `pad_to` positions (at least the longest sequence) or, by default, to the longest sequence."""
     q = distribution(cfg.lengths, cfg.n_triggers)
     support = torch.tensor(list(q))
     if split == "train":
@@ -79,10 +68,11 @@ def sample(cfg: TriggerCopyConfig, n: int, generator: torch.Generator, split: st
         l1, l2 = pairs[order[torch.arange(n) % len(pairs)]].unbind(1)
     else:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
-    return _fill(cfg, l1, l2, generator)
+    return _fill(cfg, l1, l2, generator, pad_to)
 
 
-def _fill(cfg: TriggerCopyConfig, l1: torch.Tensor, l2: torch.Tensor, generator: torch.Generator) -> Batch:
+def _fill(cfg: TriggerCopyConfig, l1: torch.Tensor, l2: torch.Tensor, generator: torch.Generator,
+          pad_to: int | None) -> Batch:
     """Draw fillers, triggers and outputs for given (l1, l2) and lay them out, all at once."""
     n = len(l1)
     query = l1 + l2 + 2  # (B,) index of the second trigger
@@ -101,4 +91,12 @@ def _fill(cfg: TriggerCopyConfig, l1: torch.Tensor, l2: torch.Tensor, generator:
     padding = position > query[:, None]
     tokens[padding] = 0
     labels[padding] = PAD
-    return Batch(tokens=tokens, labels=labels, targets=output, l1=l1, l2=l2)
+    if pad_to is not None:  # padded after the draws, so a padded batch holds the same sequences
+        if pad_to < width:
+            raise ValueError(f"pad_to={pad_to} is shorter than the longest sequence ({width} positions)")
+        tokens = F.pad(tokens, (0, pad_to - width))
+        labels = F.pad(labels, (0, pad_to - width), value=PAD)
+    targets = torch.zeros_like(tokens)  # (B, T_max): only the query is scored, and it must predict the output o
+    targets[rows, query] = output
+    return Batch(tokens=tokens, targets=targets, loss_mask=labels == QUERY, labels=labels, query=query,
+                 info={"l1": l1, "l2": l2})

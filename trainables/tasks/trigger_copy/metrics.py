@@ -1,21 +1,13 @@
-"""Pure metric functions on (logits, targets, batch, attention) -> named values (names as in DESIGN.md).
+"""Trigger-copy metrics as pure functions of (predictions, batch, attention, weights) -> named values (SPEC §1-§3).
 
-Positions here are 0-indexed: SPEC's 1-indexed position p is index p - 1.
+Positions here are 0-indexed: SPEC's 1-indexed position p is index p - 1. A batch's per-sequence l1 and l2 are in
+batch.info.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from trainables.tasks.trigger_copy import Batch
-
-
-def loss_and_accuracy(logits: torch.Tensor, targets: torch.Tensor, split: str) -> dict[str, float]:
-    """Mean cross-entropy and argmax accuracy of (B, N) logits against (B,) targets."""
-    return {
-        f"{split}/loss": F.cross_entropy(logits.double(), targets).item(),
-        f"{split}/acc": (logits.argmax(-1) == targets).double().mean().item(),
-    }
+from trainables.tasks import Batch
 
 
 def _token_at(batch: Batch, index: torch.Tensor) -> torch.Tensor:
@@ -29,10 +21,11 @@ def shortcut_rates(predictions: torch.Tensor, batch: Batch, l_min: int) -> dict[
     same length. It exists only when l1 + l2 is even (T odd), so the rate is over those sequences (NaN if none;
     `displaced` always has it). leftmost rate: the token at position l_min + 2, the shortest training answer position.
     """
-    even = (batch.l1 + batch.l2) % 2 == 0
-    pseudo_index = (batch.l1 + batch.l2) // 2 + 1  # position l̄ + 2
+    l1, l2 = batch.info["l1"], batch.info["l2"]
+    even = (l1 + l2) % 2 == 0
+    pseudo_index = (l1 + l2) // 2 + 1  # position l̄ + 2
     pseudo = (predictions == _token_at(batch, pseudo_index))[even]
-    leftmost = predictions == _token_at(batch, torch.full_like(batch.l1, l_min + 1))
+    leftmost = predictions == _token_at(batch, torch.full_like(l1, l_min + 1))
     return {
         "ood/pseudo_rate": pseudo.double().mean().item() if len(pseudo) else float("nan"),
         "ood/leftmost_rate": leftmost.double().mean().item(),
@@ -45,10 +38,11 @@ def mechanism_scores(attention: torch.Tensor, batch: Batch) -> dict[str, float]:
     attention: (B, H, T) of the last layer at the query. Each score is averaged over sequences, then the head with the
     largest score is reported: one induction head among several is what matters, and averaging heads would hide it.
     """
-    rows = torch.arange(len(batch.l1), device=attention.device)
-    induction = attention[rows, :, batch.l1 + 1]  # (B, H)
-    even = (batch.l1 + batch.l2) % 2 == 0
-    positional = attention[rows, :, (batch.l1 + batch.l2) // 2 + 1][even]  # (B_even, H)
+    l1, l2 = batch.info["l1"], batch.info["l2"]
+    rows = torch.arange(len(l1), device=attention.device)
+    induction = attention[rows, :, l1 + 1]  # (B, H)
+    even = (l1 + l2) % 2 == 0
+    positional = attention[rows, :, (l1 + l2) // 2 + 1][even]  # (B_even, H)
     return {
         "mech/induction_score": induction.mean(0).max().item(),
         "mech/positional_score": positional.mean(0).max().item() if len(positional) else float("nan"),
@@ -57,9 +51,10 @@ def mechanism_scores(attention: torch.Tensor, batch: Batch) -> dict[str, float]:
 
 def accuracy_by_pair(correct: torch.Tensor, batch: Batch, max_len: int) -> torch.Tensor:
     """(L, L) float64 matrix: accuracy of the sequences with (l1, l2) at [l1, l2]; NaN where there were none."""
-    index = batch.l1 * max_len + batch.l2
-    hits = torch.zeros(max_len * max_len, dtype=torch.float64).index_add_(0, index, correct.double())
-    count = torch.zeros(max_len * max_len, dtype=torch.float64).index_add_(0, index, torch.ones_like(correct).double())
+    index = (batch.info["l1"] * max_len + batch.info["l2"]).cpu()
+    correct = correct.double().cpu()
+    hits = torch.zeros(max_len * max_len, dtype=torch.float64).index_add_(0, index, correct)
+    count = torch.zeros(max_len * max_len, dtype=torch.float64).index_add_(0, index, torch.ones_like(correct))
     return (hits / count).reshape(max_len, max_len)  # 0 / 0 = NaN marks empty cells
 
 
@@ -72,7 +67,7 @@ def kq_peaks(W_KQ: torch.Tensor, vocab_size: int, max_len: int, n_triggers: int)
     """
     L, N = max_len, vocab_size
     positional_block = W_KQ[:L, :L]
-    triggers = torch.arange(n_triggers)
+    triggers = torch.arange(n_triggers, device=W_KQ.device)
     induction = W_KQ[L + N + triggers, L + triggers]
     return {
         "mech/kq_positional_peak": positional_block.max().item(),

@@ -1,5 +1,5 @@
 """The search's rounds: every unfinished study asks its candidates, Ray Tune trains each (slice, candidate, seed)
-as one trial of the grid's trainable, and the results are told back to Optuna (sweep/search.py opens the studies).
+as one trial of the grid's trainable, and the results are told back to Optuna (studies.py opens the studies).
 
 A driver killed at any point loses nothing: finished Tune trials keep their result.json and are never re-run;
 Optuna trials left RUNNING were marked FAIL (and zombie) by open_study and their candidates are asked again.
@@ -7,21 +7,21 @@ Optuna trials left RUNNING were marked FAIL (and zombie) by open_study and their
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import os
 import time
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
-from sweep import guide, samplers, tuner
-from sweep.results import read_result
-from sweep.search import SearchConfig, Slice, constraint_checks, holds
-from sweep.space import point_id
+from sweep import tuner
+from sweep.search import bisection, guide
+from sweep.search.config import SearchConfig
+from sweep.search.studies import Slice, constraint_checks, holds
+from sweep.space import point_id, read_result
 from trainables import config
 from trainables.errors import ConfigError
+from trainables.io import read_json, write_json
 
 
 def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
@@ -29,7 +29,7 @@ def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
     asked = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
     if asked >= budget or len(trials) >= 3 * budget:  # the second bound stops a candidate that always errors
         return False
-    if isinstance(study.sampler, samplers.ThresholdSampler | samplers.ExhaustiveSampler):
+    if isinstance(study.sampler, bisection.ThresholdSampler | bisection.ExhaustiveSampler):
         return study.sampler.next(study) is not None
     return True
 
@@ -111,20 +111,13 @@ ROUND_PLAN = "search_round.json"  # a guided search's round in progress: its num
 def interrupted_round(out: Path, studies: dict) -> tuple[int, list[str]] | None:
     """(round, studies to re-run) if the last planned round has studies whose trial of it was never told (still
     missing, or a zombie failed by open_study); None if it finished."""
-    path = out / ROUND_PLAN
-    if not path.exists():
+    plan = read_json(out / ROUND_PLAN)
+    if plan is None:
         return None
-    plan = json.loads(path.read_text())
     told = lambda t: t.user_attrs.get("round") == plan["round"] and not t.user_attrs.get("zombie")
     pending = [name for name in plan["studies"]
                if name in studies and not any(told(t) for t in studies[name].get_trials(deepcopy=False))]
     return (plan["round"], pending) if pending else None
-
-
-def write_json(path: Path, data: dict) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data))
-    os.replace(partial, path)
 
 
 def steer(all_slices: list[Slice], studies: dict, search: SearchConfig, round_index: int) -> None:

@@ -1,12 +1,15 @@
-"""trainables.media: each figure shows what it claims (landmarks, block boundaries, padding, colour bars) and renders
-to an image that is not one flat colour; the report's gallery escapes its captions."""
+"""A trial's figures (trainables.figures, composed by the trigger-copy task and the one-step model): each shows what
+it claims (landmarks, block boundaries, padding, colour bars) and renders to an image that is not one flat colour;
+the report's gallery escapes its captions."""
 import io
 
 import numpy as np
 from PIL import Image
 
-from dashboards.report import gallery
-from trainables import media
+from dashboards.html import gallery
+from trainables import figures, readouts
+from trainables.models.one_step import SPEC as ONE_STEP
+from trainables.tasks.trigger_copy import figures as trigger_copy_figures
 
 L, N = 12, 6  # max_len, vocab_size of the synthetic arrays
 K, LAYERS, HEADS = 3, 2, 2  # examples, layers, heads
@@ -41,7 +44,7 @@ def one_step_arrays() -> dict[str, np.ndarray]:
 
 
 def pixels(figure) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(media.png_bytes(figure))).convert("RGB"))
+    return np.asarray(Image.open(io.BytesIO(figures.png_bytes(figure))).convert("RGB"))
 
 
 def assert_not_flat(image: np.ndarray) -> None:
@@ -55,16 +58,19 @@ def colour_bar_labels(figure) -> list[str]:
 
 
 def test_figures_are_keyed_as_the_wandb_media_keys():
-    assert list(media.figures(transformer_arrays())) == [
+    transformer = {"task": {"name": "trigger_copy"}, "model": {"name": "transformer"}}
+    one_step = {"task": {"name": "trigger_copy"}, "model": {"name": "one_step"}}
+    assert list(readouts.trial_figures(transformer, transformer_arrays())) == [
         *(f"attention/query_L{l}H{h}" for l in range(LAYERS) for h in range(HEADS)),
         *(f"attention/pattern_L{l}H{h}" for l in range(LAYERS) for h in range(HEADS)),
         "ood/acc_by_pair",
     ]
-    assert list(media.figures(one_step_arrays())) == ["attention/query_L0H0", "mech/W_KQ", "ood/acc_by_pair"]
+    assert list(readouts.trial_figures(one_step, one_step_arrays())) == [
+        "attention/query_L0H0", "ood/acc_by_pair", "mech/W_KQ"]
 
 
 def test_query_attention_marks_trigger_and_output_per_example_and_blanks_padding():
-    figure = media.query_attention(transformer_arrays(), layer=1, head=0)
+    figure = trigger_copy_figures.query_attention(transformer_arrays(), layer=1, head=0)
     ax = figure.axes[0]
     marks = {c.get_label(): c.get_offsets() for c in ax.collections}
     rows = np.arange(K)
@@ -79,7 +85,7 @@ def test_query_attention_marks_trigger_and_output_per_example_and_blanks_padding
 
 
 def test_attention_pattern_is_cropped_to_the_example_and_marks_its_landmarks():
-    figure = media.attention_pattern(transformer_arrays(), layer=0, head=1, example=1)
+    figure = trigger_copy_figures.pattern(transformer_arrays(), layer=0, head=1, example=1)
     ax = figure.axes[0]
     assert ax.get_images()[0].get_array().shape == (9, 9)  # T = l1 + l2 + 3 of example 1
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -90,7 +96,7 @@ def test_attention_pattern_is_cropped_to_the_example_and_marks_its_landmarks():
 
 def test_w_kq_draws_the_three_embedding_blocks_on_a_symmetric_scale():
     arrays = one_step_arrays()
-    figure = media.w_kq(arrays["W_KQ"], vocab_size=N)
+    figure = ONE_STEP.figures(arrays)["mech/W_KQ"]
     ax = figure.axes[0]
     vertical = [line for line in ax.get_lines() if line.get_xdata()[0] == line.get_xdata()[1]]
     edges = sorted({float(line.get_xdata()[0]) for line in vertical})
@@ -103,7 +109,7 @@ def test_w_kq_draws_the_three_embedding_blocks_on_a_symmetric_scale():
 
 def test_accuracy_by_pair_puts_l1_across_l2_up_and_leaves_invalid_cells_blank():
     acc = transformer_arrays()["acc_by_pair"]
-    figure = media.accuracy_by_pair(acc)
+    figure = trigger_copy_figures.accuracy_by_pair(acc)
     ax = figure.axes[0]
     grid = ax.get_images()[0].get_array()  # (l2, l1), cropped to the valid cells
     assert grid.shape == (L - 4, L - 4)
@@ -115,7 +121,7 @@ def test_accuracy_by_pair_puts_l1_across_l2_up_and_leaves_invalid_cells_blank():
 def test_curves_show_single_evaluations_and_colour_runs_by_a_value():
     runs = {"a": [{"step": 2, "ood/acc": 0.5, "train/loss": 1.0}],
             "b": [{"step": s, "ood/acc": s / 10, "train/loss": None} for s in (1, 2, 3, 4)]}
-    figure = media.curves(runs, metrics=("train/loss", "ood/acc", "absent/metric"), colour_by={"a": 0.2, "b": 0.5},
+    figure = figures.curves(runs, metrics=("train/loss", "ood/acc", "absent/metric"), colour_by={"a": 0.2, "b": 0.5},
                           colour_label="R")
     assert [ax.get_title() for ax in figure.axes[:2]] == ["train/loss", "ood/acc"]  # absent metrics get no panel
     assert figure.axes[0].get_lines()[0].get_marker() == "o"  # a single point stays visible
@@ -124,13 +130,13 @@ def test_curves_show_single_evaluations_and_colour_runs_by_a_value():
 
 
 def test_rgb_is_uint8_so_wandb_does_not_render_it_black():
-    image = media.rgb(media.accuracy_by_pair(transformer_arrays()["acc_by_pair"]))
+    image = figures.rgb(trigger_copy_figures.accuracy_by_pair(transformer_arrays()["acc_by_pair"]))
     assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
     assert_not_flat(image)
 
 
 def test_gallery_escapes_captions():
-    png = media.png_bytes(media.accuracy_by_pair(transformer_arrays()["acc_by_pair"]))
+    png = figures.png_bytes(trigger_copy_figures.accuracy_by_pair(transformer_arrays()["acc_by_pair"]))
     html = gallery([(png, "<script>alert(1)</script>")], heading="a & b")
     assert "<script>" not in html and "&lt;script&gt;" in html and "<h3>a &amp; b</h3>" in html
     assert html.count("data:image/png;base64,") == 1

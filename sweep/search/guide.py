@@ -1,7 +1,7 @@
 """Verdicts carried between slices of a threshold search through a diversity measure of the config (search.guide).
 
-Theorem 5 (SPEC §1) says the one-step model's OOD success is decided by the max-sum ratio R, up to constants that
-depend on N_trg but not on l_min. So a width that generalized at l_min = 5 with R = 0.3 predicts that, at l_min = 7,
+For trigger copy, Theorem 5 (SPEC §1) says the one-step model's OOD success is decided by the max-sum ratio R, up to
+constants that depend on N_trg but not on l_min. So a width that generalized at l_min = 5 with R = 0.3 predicts that, at l_min = 7,
 every width with R <= 0.3 generalizes too, and a failure at R = 0.35 predicts failures at R >= 0.35. The threshold
 sampler uses such predictions only to choose where to probe: each slice's answer still rests on its own evaluations,
 so a wrong prediction costs evaluations, never correctness.
@@ -10,29 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sweep import samplers
+from sweep.search import bisection
 from trainables.errors import ConfigError
-from trainables.tasks.lengths import diversity_metrics, distribution
-
-METRICS = tuple(diversity_metrics({1: 1.0}))  # the data/* measures a config determines before any training
+from trainables.tasks import task_of
 
 
 @dataclass
 class GuideConfig:
     """Which config-determined measure carries verdicts, and across which slice keys (the threshold sampler's)."""
 
-    metric: str | None = None  # e.g. data/max_sum_ratio; none (search.guide.metric=) = every slice on its own
-    across: list[str] = field(default_factory=list)  # e.g. [task.lengths.low]; slices differing elsewhere never share
-
-
-def measure(cfg, metric: str) -> float:
-    """The guide metric of a trial config, from its length distribution alone."""
-    try:
-        q = distribution(cfg.task.lengths, cfg.task.n_triggers)
-    except AttributeError:
-        raise ConfigError("search.guide.metric", f"{metric} needs a task with lengths and n_triggers, "
-                                                 f"not {cfg.task.name}") from None
-    return diversity_metrics(q)[metric]
+    metric: str | None = None  # a data/* measure; none (search.guide.metric=) = every slice on its own
+    across: list[str] = field(default_factory=list)  # slice keys; slices differing elsewhere never share
 
 
 def group(point: dict, guide: GuideConfig) -> tuple:
@@ -70,17 +58,19 @@ def active(search) -> bool:
     return bool(search.guide.metric) and search.sampler == "threshold"
 
 
-def check(guide: GuideConfig, slice_keys: list[str]) -> None:
+def check(guide: GuideConfig, slice_keys: list[str], base) -> None:
+    """The metric must be a diversity measure the task knows before training; `across` must name slice keys."""
     if not guide.metric:
         return
-    if guide.metric not in METRICS:
-        raise ConfigError("search.guide.metric", f"must be one of {', '.join(METRICS)} (known before training)")
+    measures = task_of(base).diversity(base.task)
+    if guide.metric not in measures:
+        raise ConfigError("search.guide.metric", f"must be one of {', '.join(measures)} (known before training)")
     if not guide.across or not set(guide.across) <= set(slice_keys):
         raise ConfigError("search.guide.across", f"must name one or more slice keys ({', '.join(slice_keys)})")
 
 
-def evidence_before(study, key: str, round_index: int) -> dict[int, samplers.Evidence]:
+def evidence_before(study, key: str, round_index: int) -> dict[int, bisection.Evidence]:
     """A study's pooled evidence from trials asked in rounds before `round_index` (what it had when that round
     began in an uninterrupted run)."""
     trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("round", 0) < round_index]
-    return samplers.evidence(trials, key)
+    return bisection.evidence(trials, key)

@@ -1,0 +1,57 @@
+"""`headsweep grid`: every point of the config's sweep section as one Ray Tune trial, then results.csv (one row per
+trial: swept keys, status, error, seconds, final metrics) and the report.
+
+Each trial's result.json is the source of truth; Tune only adds the error of trials that never finished.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dashboards import report
+from sweep import space, tuner
+from trainables import config
+from trainables.io import atomic_write, claim_out, read_json
+
+FIRST_COLUMNS = ["trial", "status", "error", "seconds"]
+
+
+def run(config_path: str, overrides: list[str], out: Path, address: str | None) -> int:
+    """Run (or resume) the grid into `out`; exit status 1 if some trial failed for good."""
+    base, sweep, points = space.load_sweep(config_path, overrides)
+    resolved = config.to_yaml(base, sweep=sweep)
+    claim_out(out, resolved)
+    tuner.connect(address)
+    tuner.check_resources(sweep.resources)
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(resolved)
+    errors = {}
+    try:
+        errors = tuner.errors(tuner.run(base, sweep, points, out))
+    finally:  # even when interrupted: what finished is in results.csv and the report
+        frame = collect(tuner.members(points, out), errors)
+        atomic_write(out / "results.csv", frame.to_csv(index=False))
+        report.build(out)
+    counts = frame["status"].value_counts().to_dict()
+    print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+          + f"  [{out / 'results.csv'}, {out / 'report.html'}]")
+    return 1 if set(counts) & {"error", "unfinished"} else 0
+
+
+def collect(members: list[dict], errors: dict[str, str]) -> pd.DataFrame:
+    """One row per member (as given to Tune); errors maps point ids to the error of trials that failed for good."""
+    rows = []
+    for member in members:
+        point = member["point"]
+        trial = space.point_id(point)
+        result = read_json(Path(member["dir"]) / "result.json")
+        if result is not None:
+            row = {"trial": trial, "error": ""} | result
+        else:
+            row = {"trial": trial, "status": "error" if trial in errors else "unfinished", "error": errors.get(trial, "")}
+        rows.append(point | row)
+    frame = pd.DataFrame(rows)
+    keys = list(members[0]["point"]) if members else []
+    return frame[keys + FIRST_COLUMNS + [c for c in frame.columns if c not in keys + FIRST_COLUMNS]]

@@ -1,0 +1,130 @@
+"""The `search:` section of a config: the diversity knob, the slices, success, the sampler and its budget, read and
+validated before anything runs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from sweep.search import guide
+from sweep.search.guide import GuideConfig
+from sweep.space import AxisConfig, ResourcesConfig
+from trainables import config
+from trainables.errors import require
+from trainables.tasks import task_of
+
+SAMPLERS = ("threshold", "tpe", "grid")
+
+
+@dataclass
+class KnobConfig:
+    """The diversity knob: an integer config key searched over [low, high] (values breaking a constraint skipped)."""
+
+    key: str = ""  # the task's diversity key (dotted); "" only for a tpe search over params alone
+    low: int = 1
+    high: int = 13
+
+
+@dataclass
+class ParamConfig:
+    """A further dimension of a tpe search (e.g. a distribution's shape): a number, or a list of `size` numbers."""
+
+    key: str = "???"  # dotted config key, e.g. a parameter of the distribution's shape
+    type: str = "float"  # float | int
+    low: float = 0.0
+    high: float = 1.0
+    step: float = 0.0  # 0: continuous floats, steps of 1 for ints
+    log: bool = False
+    size: int = 0  # > 0: the key takes a list, searched as key[0] .. key[size-1] (e.g. free weights q_1 .. q_U)
+    when: dict[str, Any] = field(default_factory=dict)  # only in slices with these {slice key: value}
+
+    def names(self) -> list[str]:
+        return [f"{self.key}[{i}]" for i in range(self.size)] if self.size else [self.key]
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        if self.type == "int":
+            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log,
+                                                        step=int(self.step or 1))
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log, step=self.step or None)
+
+
+@dataclass
+class SuccessConfig:
+    """When a candidate generalizes: metric >= threshold in at least min_seeds of the seeds."""
+
+    metric: str = ""  # "" = the task's success metric
+    threshold: float = 0.99
+    seeds: list[int] = field(default_factory=lambda: [0])
+    min_seeds: int = 1  # m of n = len(seeds); re-checks pool their seeds and need the same rate
+
+
+@dataclass
+class BudgetConfig:
+    per_slice: int = 20  # completed Optuna trials (candidate evaluations) per slice
+    total: int = 0  # completed trials over all slices; 0 = no limit beyond per_slice
+
+
+@dataclass
+class SearchConfig:
+    knob: KnobConfig = field(default_factory=KnobConfig)
+    slices: list[AxisConfig] = field(default_factory=list)  # one study per combination of these axes' values
+    constraints: list[str] = field(default_factory=list)  # between knob and slice keys, e.g. low + width <= 16
+    success: SuccessConfig = field(default_factory=SuccessConfig)
+    sampler: str = "threshold"  # threshold (bisection, monotone success) | tpe | grid (exhaustive reference)
+    sampler_seed: int = 0  # tpe's seed, fixed so a study is reproducible
+    params: list[ParamConfig] = field(default_factory=list)  # tpe only: dimensions beyond (or instead of) the knob
+    minimize: str = ""  # tpe only: the metric minimised over candidates that succeed (e.g. data/cost); "" = the knob
+    reference: dict[str, Any] = field(default_factory=dict)  # config keys evaluated once per slice beside the search,
+    # e.g. the theory's optimal distribution, with the success seeds; reported next to the best found
+    per_round: int = 1  # candidates a study asks per round (tpe and grid; bisection asks one at a time)
+    guide: GuideConfig = field(default_factory=GuideConfig)  # threshold: carry verdicts between slices (sweep/guide.py)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    max_concurrent: int = 0
+    max_failures: int = 2
+
+
+def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
+    """The base trial config and the validated search section (`search.*` overrides go to it)."""
+    base, search = config.load_section(path, overrides, "search", SearchConfig)
+    search.success.metric = search.success.metric or task_of(base).success_metric  # so config.yaml says which
+    _require_valid(base, search)
+    return base, search
+
+
+def _require_valid(base: config.Config, search: SearchConfig) -> None:
+    success, knob, tpe = search.success, search.knob, search.sampler == "tpe"
+    is_key = lambda key: config.select(base, key) is not config.MISSING
+    slice_keys = [axis.key for axis in search.slices]
+    checks = [
+        ("search.sampler", search.sampler in SAMPLERS, f"must be one of {', '.join(SAMPLERS)}"),
+        ("search.knob.key", bool(knob.key) or (tpe and bool(search.params)),
+         "is required (only a tpe search with params can do without a knob)"),
+        ("search.knob.key", not knob.key or is_key(knob.key), "is not a key of the trial config"),
+        ("search.knob.high", knob.high >= knob.low, "must be >= search.knob.low"),
+        ("search.params", tpe or not search.params, "need search.sampler=tpe (threshold and grid search one knob)"),
+        ("search.minimize", tpe or not search.minimize, "needs search.sampler=tpe (threshold and grid minimise the knob)"),
+        ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or search.sampler != "threshold"),
+         "must be >= 1, and 1 for the threshold sampler (bisection is sequential)"),
+        ("search.success.seeds", bool(success.seeds) and len(set(success.seeds)) == len(success.seeds),
+         "needs at least one seed, each once"),
+        ("search.success.min_seeds", 1 <= success.min_seeds <= len(success.seeds), "must be in 1..len(seeds)"),
+        ("search.budget.per_slice", search.budget.per_slice >= 1, "must be >= 1"),
+        ("search.budget.total", search.budget.total >= 0, "must be >= 0"),
+    ]
+    for i, param in enumerate(search.params):
+        where = f"search.params[{i}]"
+        checks += [
+            (f"{where}.key", is_key(param.key), f"{param.key} is not a key of the trial config"),
+            (f"{where}.type", param.type in ("int", "float"), "must be int or float"),
+            (f"{where}.high", param.high > param.low, "must be > low"),
+            (f"{where}.low", not param.log or param.low > 0, "must be > 0 on a log scale"),
+            (f"{where}.size", param.size >= 0, "must be >= 0"),
+            (f"{where}.when", set(param.when) <= set(slice_keys), f"may only name slice keys ({', '.join(slice_keys)})"),
+        ]
+    checks += [(f"search.reference.{key}", is_key(key), "is not a key of the trial config") for key in search.reference]
+    require(*checks)
+    guide.check(search.guide, slice_keys, base)
+
+

@@ -1,0 +1,81 @@
+"""Every registered task and model keeps the contracts the rest of headsweep relies on, so a new task folder or model
+file is checked by these tests the day it is registered: batches with per-position labels and a loss mask, padding
+for packing, evaluation splits and the success metric, a training step and an exact checkpoint round trip."""
+import copy
+
+import pytest
+import torch
+
+from trainables import config
+from trainables.models import MODELS
+from trainables.tasks import TASKS, Batch
+from trainables.train import checkpoint, evaluate, init_state, restore, step
+
+SMALL = {"transformer": ["model.n_layers=2"], "one_step": ["model.n_samples_V=64", "model.n_samples_KQ=64"]}
+
+
+def small_config(task: str, model: str) -> config.Config:
+    """The task's defaults with the model, a few evaluation sequences and no W&B (None if they cannot go together)."""
+    overrides = [f"task.name={task}", f"model.name={model}", "eval.n_id=32", "eval.n_ood=32", "logging.wandb=false",
+                 *SMALL.get(model, [])]
+    try:
+        return config.load(None, overrides)
+    except Exception as e:  # a model that cannot run this task says so by key, e.g. model.name
+        assert "model.name" in str(e), e
+        return None
+
+
+PAIRS = [(t, m) for t in TASKS for m in MODELS]
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_every_split_samples_a_consistent_batch_and_pads(name):
+    task = TASKS[name]
+    cfg = config.load(None, [f"task.name={name}", "model.name=transformer"]).task
+    d_vocab, n_ctx = task.dims(cfg)
+    for split in {"train", *task.eval_splits(cfg).values()}:
+        batch = task.sample(cfg, 16, torch.Generator().manual_seed(0), split)
+        assert isinstance(batch, Batch)
+        B, T = batch.tokens.shape
+        assert B == 16 and T <= n_ctx and batch.tokens.max() < d_vocab and batch.tokens.min() >= 0
+        assert batch.targets.shape == batch.loss_mask.shape == batch.labels.shape == (B, T)
+        assert batch.loss_mask.any(1).all()  # every sequence is scored somewhere
+        if task.query_only(cfg):
+            assert batch.query is not None and torch.equal(batch.loss_mask.sum(1), torch.ones(B, dtype=torch.long))
+            assert batch.loss_mask[torch.arange(B), batch.query].all()
+        assert all(v.shape == (B,) for v in batch.info.values())
+        padded = task.sample(cfg, 16, torch.Generator().manual_seed(0), split, pad_to=n_ctx)
+        assert padded.tokens.shape == (B, n_ctx) and torch.equal(padded.tokens[:, :T], batch.tokens)
+        assert torch.equal(padded.scored_targets(), batch.scored_targets())
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_every_task_declares_what_reports_and_searches_read(name):
+    task = TASKS[name]
+    cfg = config.load(None, [f"task.name={name}", "model.name=transformer"]).task
+    assert task.diversity_axis in task.diversity(cfg) and all(k.startswith("data/") for k in task.diversity(cfg))
+    assert set(task.theory(cfg)) <= set(task.diversity(cfg)) | {task.success_metric}
+    assert "ood" in task.eval_splits(cfg) and "id" in task.eval_splits(cfg)
+    assert set(task.short_names) <= set(task.headline) and task.run_name(cfg)
+    assert all(p.kind in ("line", "scatter", "media") for section in task.dashboard for p in section.panels)
+
+
+@pytest.mark.parametrize("task, model", PAIRS)
+def test_a_step_evaluates_and_a_checkpoint_restores_exactly(task, model):
+    cfg = small_config(task, model)
+    if cfg is None:
+        pytest.skip(f"{model} cannot run {task}")
+    state, eval_sets, _ = init_state(cfg)
+    spec = TASKS[task]
+    batch = spec.sample(cfg.task, state.phase().batch_size, state.generator)
+    assert step(state, batch) and state.step == 1
+    metrics = evaluate(state.model, eval_sets, cfg)
+    assert {"id/loss", "id/acc", "ood/loss", "ood/acc", spec.success_metric, "ood/success"} <= set(metrics)
+    saved = copy.deepcopy(checkpoint(state, metrics, 0.0))
+    twin, _, _ = init_state(cfg)
+    restore(twin, saved)
+    for mine, theirs in zip(state.model.parameters(), twin.model.parameters()):
+        assert torch.equal(mine, theirs)
+    if state.step < state.total_steps:  # the next batch and step are the same too
+        nxt = spec.sample(cfg.task, state.phase().batch_size, state.generator)
+        assert torch.equal(nxt.tokens, spec.sample(cfg.task, twin.phase().batch_size, twin.generator).tokens)

@@ -1,0 +1,75 @@
+"""The small pieces every layer shares: atomic writes, reading jsonl and json back, the finished statuses, and the
+text form of a distribution in CSV cells.
+
+Readers of an output directory (sweeps, reports, a person's browser) may look at any moment, also while a trial is
+being killed, so every file appears whole or not at all: written aside, then renamed over the old one.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, IO
+
+from trainables.errors import ConfigError
+
+FINISHED = ("completed", "early_stopped", "diverged")  # statuses of a trial that ran to its end (any result.json)
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[IO[bytes]], None]) -> Path:
+    """Write `data` (text, bytes, or a function that writes into a binary file) to `path` all at once."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return path
+
+
+def claim_out(out: Path, resolved_config: str) -> None:
+    """Re-running a verb on the same --out resumes it; another config there would mix two experiments: refused."""
+    existing = Path(out) / "config.yaml"
+    if existing.exists() and existing.read_text() != resolved_config:
+        raise ConfigError("--out", f"{out} holds the results of a different config; choose another directory")
+
+
+def write_json(path: str | os.PathLike, data: dict) -> Path:
+    return atomic_write(path, json.dumps(data, indent=2))
+
+
+def read_json(path: str | os.PathLike) -> dict | None:
+    """The JSON object in `path`, or None when the file is not there."""
+    path = Path(path)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The records of a jsonl file ([] when absent); a torn last line (a process killed mid-write) is skipped."""
+    path = Path(path)
+    records = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def format_shape(q) -> str:
+    """A distribution {value: probability} as one CSV cell, '1:0.500 2:0.500' ('' for none)."""
+    return " ".join(f"{k}:{p:.3f}" for k, p in q.items()) if isinstance(q, dict) else ""
+
+
+def parse_shape(text) -> dict[int, float] | None:
+    """format_shape's text back to {value: probability} (None for an empty cell)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return {int(k): float(p) for k, p in (pair.split(":") for pair in text.split())}

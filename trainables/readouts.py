@@ -1,0 +1,43 @@
+"""A trained model's final readout, the arrays of attention.npz, and the figures drawn from them.
+
+Generic arrays come from the model's cache and weights; the task adds its own (trigger copy: OOD accuracy by
+(l1, l2)) and the final metrics read off them. `trial_figures` is what both the W&B media and the report's
+attention gallery draw.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from trainables.models import MODELS, pattern_at, patterns
+from trainables.tasks import Batch, task_of
+
+
+@torch.no_grad()
+def final(cfg, model: torch.nn.Module, ood: Batch, generator: torch.Generator) -> tuple[dict[str, np.ndarray],
+                                                                                          dict[str, float]]:
+    """(arrays, metrics): the task's readout, attention at the query of the OOD set (its mean per layer and head, and
+    `eval.n_examples` examples with their tokens and per-sequence facts), full patterns of those examples where the
+    model reads every position, and the model's named matrices."""
+    model.eval()
+    arrays, metrics = task_of(cfg).readouts(cfg.task, model, ood, generator, cfg.eval.n_examples)
+    k = min(cfg.eval.n_examples, len(ood.tokens))
+    if ood.query is not None:
+        _, cache = model.run_with_cache(ood.tokens, ood.query)
+        attention = [pattern_at(cache, layer, ood.query) for layer in range(len(patterns(cache)))]  # [(B, H, T)]
+        arrays["query_attention_mean"] = torch.stack([a.mean(0) for a in attention]).cpu().numpy()  # (layers, H, T)
+        arrays["query_attention"] = torch.stack([a[:k] for a in attention], 1).cpu().numpy()  # (k, layers, H, T)
+    arrays["tokens"] = ood.tokens[:k].cpu().numpy()
+    arrays |= {name: value[:k].cpu().numpy() for name, value in ood.info.items()}
+    if not MODELS[cfg.model.name].needs_query:  # the model reads every position: its full causal patterns
+        _, cache = model.run_with_cache(ood.tokens[:k])
+        arrays["patterns"] = torch.stack(patterns(cache), 1).cpu().numpy()  # (k, n_layers, H, T, T)
+    arrays |= {name: value.detach().cpu().numpy() for name, value in model.matrices().items()}
+    return arrays, metrics
+
+
+def trial_figures(cfg, arrays: dict[str, np.ndarray]) -> dict:
+    """W&B media key -> Figure: the task's figures of the arrays, then the model's. cfg: a Config or a plain dict
+    (an output directory's config.yaml)."""
+    model_name = cfg["model"]["name"] if isinstance(cfg, dict) else cfg.model.name
+    return task_of(cfg).figures(arrays) | MODELS[model_name].figures(arrays)

@@ -1,0 +1,158 @@
+"""The trigger-copy task (SPEC §1) behind the Task protocol: its generator (data.py), metrics (metrics.py) and
+figures (figures.py), and what the sweeps, W&B and the reports need to know about it."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from trainables.errors import ConfigError, require
+from trainables.models import pattern_at
+from trainables.tasks import Batch, Panel, PanelSection, Task
+from trainables.tasks.lengths import distribution, diversity_metrics
+from trainables.tasks.trigger_copy import metrics
+from trainables.tasks.trigger_copy.data import OOD_SPLITS, TriggerCopyConfig, sample, valid_pairs
+
+_BY_WIDTH = "data/width"  # W&B runs are grouped by the support width K: few distinct values, ordered by diversity
+
+
+class TriggerCopy(Task):
+    name = "trigger_copy"
+    config = TriggerCopyConfig
+    success_metric = "ood/acc"
+    diversity_axis = "data/max_sum_ratio"
+    diversity_label = "R (small = diverse)"
+    headline = ("ood/acc", "id/acc", "ood/pseudo_rate", "mech/induction_score", "data/max_sum_ratio")
+    table_columns = headline + ("mech/positional_score", "data/width")
+    curve_metrics = ("train/loss", "ood/loss", "id/acc", "ood/acc")
+    short_names = {"ood/acc": "ood/acc", "id/acc": "id/acc", "mech/induction_score": "induction",
+                   "data/max_sum_ratio": "R"}
+    dashboard = (
+        PanelSection("OOD generalization by diversity",
+                     "A model that learned the induction head copies the right token when the trigger moves (ood/acc "
+                     "near 1); one that learned the positional shortcut does not. Theorem 5 predicts the switch at a "
+                     "max-sum ratio R of order 1/N_trg.",
+                     (Panel("line", ("ood/acc",), "ood/acc, grouped by support width K", _BY_WIDTH),
+                      Panel("line", ("ood/loss",), "ood/loss, grouped by support width K", _BY_WIDTH),
+                      Panel("scatter", ("data/max_sum_ratio", "ood/acc"), "max-sum ratio R against final ood/acc"),
+                      Panel("line", ("ood/pseudo_rate", "ood/leftmost_rate"), "Shortcut answers on OOD sequences",
+                            _BY_WIDTH))),
+        PanelSection("Mechanism",
+                     "Attention mass at the query on the output token (induction) and on the shortcut position; for "
+                     "the one-step model, the two peaks of W_KQ (Lemma 7).",
+                     tuple(Panel("line", (m,), m, _BY_WIDTH) for m in (
+                         "mech/induction_score", "mech/positional_score", "mech/kq_induction_peak",
+                         "mech/kq_positional_peak"))
+                     + (Panel("scatter", ("data/max_sum_ratio", "mech/induction_score"),
+                              "max-sum ratio R against the induction score"),)),
+        PanelSection("Attention maps",
+                     "Per trial, at the end of training: attention at the query per layer and head with the first "
+                     "trigger and the output token marked, the one-step W_KQ with its blocks, and OOD accuracy by "
+                     "(l1, l2).",
+                     tuple(Panel("media", (key,), key) for key in (
+                         "attention/query_L0H0", "attention/query_L1H0", "mech/W_KQ", "ood/acc_by_pair",
+                         "attention/pattern_L0H0", "attention/pattern_L1H0"))),
+        PanelSection("Training", "In-distribution fit: every trial should solve its training distribution.",
+                     tuple(Panel("line", (m,), m) for m in ("train/loss", "id/loss", "id/acc"))),
+    )
+
+    @property
+    def figure_note(self) -> str:
+        from trainables.tasks.trigger_copy.figures import NOTE
+
+        return NOTE
+
+    def resolve(self, cfg: TriggerCopyConfig) -> None:
+        lengths = cfg.lengths
+        if lengths.width:  # resolved here so config.yaml shows the high actually used
+            if lengths.width < 0:
+                raise ConfigError("task.lengths.width", f"must be >= 0 (0 keeps task.lengths.high), got {lengths.width}")
+            lengths.high = lengths.low + lengths.width - 1
+
+    def validate(self, cfg: TriggerCopyConfig) -> None:
+        require(
+            ("task.n_triggers", cfg.n_triggers >= 1, "must be >= 1"),
+            ("task.vocab_size", cfg.vocab_size > cfg.n_triggers,
+             "must exceed task.n_triggers (outputs and fillers need tokens)"),
+            ("task.max_len", cfg.max_len >= 6, "must be >= 6 (the shortest sequence has T = 5 <= L - 1)"),
+            ("task.ood_split", cfg.ood_split in OOD_SPLITS, f"must be one of {', '.join(OOD_SPLITS)}"),
+            ("task.n_pairs_per_cell", cfg.n_pairs_per_cell >= 1, "must be >= 1"),
+        )
+        try:
+            q = distribution(cfg.lengths, cfg.n_triggers)
+        except ConfigError as e:
+            raise ConfigError(f"task.lengths.{e.key}", e.reason) from None
+        length_key = {"weights": "weights", "optimal": "optimal_n"}.get(cfg.lengths.family, "high")
+        longest = max(q)
+        require(
+            (f"task.lengths.{length_key}", 2 * longest + 3 <= cfg.max_len - 1,
+             f"l = {longest} gives T = 2l + 3 = {2 * longest + 3}, which exceeds task.max_len - 1 = {cfg.max_len - 1}"),
+            ("task.lengths", cfg.ood_split != "displaced" or len(q) > 1 or longest >= 2,
+             "the displaced OOD split needs a length >= 2 (with l = 1 the trigger cannot move)"),
+        )
+
+    def dims(self, cfg: TriggerCopyConfig) -> tuple[int, int]:
+        return cfg.vocab_size, cfg.max_len
+
+    def query_only(self, cfg: TriggerCopyConfig) -> bool:
+        return True
+
+    def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
+        return sample(cfg, n, generator, split, pad_to)
+
+    def eval_splits(self, cfg: TriggerCopyConfig) -> dict[str, str]:
+        return {"id": "train", "ood": cfg.ood_split}
+
+    def metrics(self, cfg, prefix, batch, logits, cache) -> dict[str, float]:
+        """On the OOD split: how often the shortcut's answer is given, and the last layer's attention at the query on
+        the output token and on the shortcut position."""
+        if prefix != "ood":
+            return {}
+        attention = pattern_at(cache, -1, batch.query)  # (B, H, T) of the last layer at the query
+        return (metrics.shortcut_rates(logits.argmax(-1), batch, min(distribution(cfg.lengths, cfg.n_triggers)))
+                | metrics.mechanism_scores(attention, batch))
+
+    def weight_metrics(self, cfg, matrices) -> dict[str, float]:
+        """The one-step W_KQ's positional and induction peaks, when the model has W_KQ on [p_t ; e_t ; e_{t-1}]."""
+        W_KQ = matrices.get("W_KQ")
+        if W_KQ is None or W_KQ.shape[0] != cfg.max_len + 2 * cfg.vocab_size:
+            return {}
+        return metrics.kq_peaks(W_KQ, cfg.vocab_size, cfg.max_len, cfg.n_triggers)
+
+    def diversity(self, cfg: TriggerCopyConfig) -> dict[str, float]:
+        return diversity_metrics(distribution(cfg.lengths, cfg.n_triggers))
+
+    def theory(self, cfg: TriggerCopyConfig) -> dict[str, float]:
+        """Theorem 5: the one-step model's threshold on the max-sum ratio is of order 1/N_trg."""
+        return {"data/max_sum_ratio": 1.0 / cfg.n_triggers}
+
+    def shape(self, cfg: TriggerCopyConfig) -> dict[int, float]:
+        return distribution(cfg.lengths, cfg.n_triggers)
+
+    @torch.no_grad()
+    def readouts(self, cfg, model, ood, generator, n_examples):
+        """OOD accuracy per (l1, l2) over every valid pair (`acc_by_pair`, and its mean as `all_pairs/acc`)."""
+        pairs = sample(cfg, len(valid_pairs(cfg.max_len)) * cfg.n_pairs_per_cell, generator, "all_pairs")
+        pairs = pairs.to(ood.tokens.device)
+        logits, _ = model.run_with_cache(pairs.tokens, pairs.query)  # (B, N) at the query
+        acc = metrics.accuracy_by_pair(logits.argmax(-1) == pairs.scored_targets(), pairs, cfg.max_len).numpy()
+        return {"acc_by_pair": acc}, {"all_pairs/acc": float(np.nanmean(acc))}
+
+    def figures(self, arrays):
+        from trainables.tasks.trigger_copy.figures import all_figures
+
+        return all_figures(arrays)
+
+    def run_name(self, cfg: TriggerCopyConfig) -> str:
+        """Training lengths and trigger count, e.g. l3-15_t4."""
+        lengths = cfg.lengths
+        shape = {"uniform": f"l{lengths.low}-{lengths.high}",
+                 "power": f"p{lengths.low}-{lengths.high}^{lengths.exponent:g}",
+                 "optimal": f"opt{lengths.optimal_n or cfg.n_triggers}",
+                 "weights": f"w{len(lengths.weights)}"}.get(lengths.family, lengths.family)
+        return f"{shape}_t{cfg.n_triggers}"
+
+    def tags(self, cfg: TriggerCopyConfig) -> list[str]:
+        return [f"lengths:{cfg.lengths.family}", f"ood:{cfg.ood_split}"]
+
+
+TASK = TriggerCopy()

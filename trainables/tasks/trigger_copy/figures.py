@@ -1,0 +1,64 @@
+"""The trigger-copy figures of a trial's arrays (attention.npz), drawn with trainables.figures and the task's
+landmarks: the first trigger, the output token (the induction head's target) and the shortcut position.
+
+Positions are 0-indexed as in the code: the first trigger of an OOD sequence sits at l1, the output token at l1 + 1,
+the query (second trigger) at l1 + l2 + 2, and the positional shortcut reads position (l1 + l2) // 2 + 1 (SPEC §1).
+"""
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from trainables import figures
+
+TRIGGER = {"marker": "v", "color": "#2ec4ff", "label": "first trigger", "s": 70, "edgecolors": "black",
+           "linewidths": 0.8}
+OUTPUT = {"marker": "o", "facecolors": "none", "edgecolors": "#7CFC00", "label": "output (induction target)", "s": 60,
+          "linewidths": 2.0}
+SHORTCUT = {"marker": "s", "facecolors": "none", "edgecolors": "#ff4fd8", "label": "shortcut position", "s": 40,
+            "linewidths": 1.5}
+NOTE = ("Attention at the query per layer and head: first trigger ▼, output token ○ (the induction head's target), "
+        "shortcut position □. Accuracy by (l1, l2): every OOD length pair; training lengths sit on the diagonal.")
+
+
+def query_attention(arrays: dict[str, np.ndarray], layer: int, head: int) -> Figure:
+    """Attention paid by the query of each example OOD sequence (`query_attention` (k, n_layers, H, T))."""
+    l1, l2 = np.asarray(arrays["l1"]), np.asarray(arrays["l2"])
+    even = (l1 + l2) % 2 == 0
+    marks = [(l1, TRIGGER), (l1 + 1, OUTPUT), (np.where(even, (l1 + l2) // 2 + 1, np.nan), SHORTCUT)]
+    return figures.attention_rows(arrays["query_attention"][:, layer, head], l1 + l2 + 2,
+                                  [f"l1={a}, l2={b}" for a, b in zip(l1, l2)], marks,
+                                  f"Attention at the query, layer {layer} head {head}")
+
+
+def pattern(arrays: dict[str, np.ndarray], layer: int, head: int, example: int = 0) -> Figure:
+    """The full causal pattern of one head on one example OOD sequence (`patterns` (k, n_layers, H, T, T))."""
+    l1, l2 = int(arrays["l1"][example]), int(arrays["l2"][example])
+    columns = [(l1, {"color": TRIGGER["color"], "label": TRIGGER["label"]}),
+               (l1 + 1, {"color": OUTPUT["edgecolors"], "label": OUTPUT["label"]})]
+    return figures.attention_pattern(arrays["patterns"][example, layer, head], l1 + l2 + 3, columns,
+                                     f"Layer {layer} head {head}, example l1={l1}, l2={l2}")
+
+
+def accuracy_by_pair(acc: np.ndarray) -> Figure:
+    """OOD accuracy per (l1, l2) cell of the all_pairs split (`acc_by_pair`, L x L at [l1, l2], NaN = no sequence)."""
+    return figures.diagonal_heatmap(acc, "OOD accuracy by (l1, l2)", "l1 (fillers before the first trigger)",
+                                    "l2 (fillers before the query)", "l1 = l2 (training)")
+
+
+def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
+    """W&B media key -> figure: attention at the query and full patterns per layer and head, accuracy by pair."""
+    out: dict[str, Figure] = {}
+    if "query_attention" in arrays:
+        _, n_layers, n_heads, _ = arrays["query_attention"].shape  # (k, n_layers, H, T)
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                out[f"attention/query_L{layer}H{head}"] = query_attention(arrays, layer, head)
+    if "patterns" in arrays:
+        _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                out[f"attention/pattern_L{layer}H{head}"] = pattern(arrays, layer, head)
+    if "acc_by_pair" in arrays:
+        out["ood/acc_by_pair"] = accuracy_by_pair(arrays["acc_by_pair"])
+    return out

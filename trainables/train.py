@@ -40,7 +40,7 @@ class EvalConfig:
     n_id: int = 1024  # in-distribution evaluation sequences (drawn once per run)
     n_ood: int = 1024  # sequences of each other evaluation split, e.g. the OOD one (drawn once per run)
     patience: int = 5  # stop after this many evaluations without a new best ID loss; 0 never stops early
-    threshold: float = 0.99  # the task's success metric >= threshold counts as generalizing OOD (ood/success = 1)
+    threshold: float = 0.99  # the task's success metric at or past this counts as generalizing OOD (ood/success = 1)
     n_examples: int = 4  # OOD sequences whose attention is saved in attention.npz
 
     def validate(self) -> None:
@@ -173,7 +173,7 @@ def loss_and_accuracy(logits: torch.Tensor, targets: torch.Tensor, prefix: str) 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[str, float]:
     """`<split>/loss` and `<split>/acc` on each fixed evaluation set, the task's metrics of it, its probes of the
-    model's weights, and `ood/success` (the task's success metric >= eval.threshold)."""
+    model's weights, and `ood/success` (the task's success metric at or past eval.threshold)."""
     task = task_of(cfg)
     model.eval()
     result = {}
@@ -182,7 +182,8 @@ def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[s
         result |= loss_and_accuracy(*scored(logits, batch), prefix)
         result |= task.metrics(cfg.task, prefix, batch, logits, cache)
     result |= task.weight_metrics(cfg.task, model.matrices())
-    result["ood/success"] = float(result[task.success_metric] >= cfg.eval.threshold)
+    value, threshold = result[task.success_metric], cfg.eval.threshold
+    result["ood/success"] = float(value >= threshold if task.success_above else value <= threshold)
     return result
 
 

@@ -2,6 +2,7 @@
 validated before anything runs."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,12 +52,19 @@ class ParamConfig:
 
 @dataclass
 class SuccessConfig:
-    """When a candidate generalizes: metric >= threshold in at least min_seeds of the seeds."""
+    """When a candidate generalizes: metric >= threshold (or <=) in at least min_seeds of the seeds."""
 
     metric: str = ""  # "" = the task's success metric
+    direction: str = ""  # >= | <= ; "" = the task's direction for its success metric, else >=
     threshold: float = 0.99
     seeds: list[int] = field(default_factory=lambda: [0])
     min_seeds: int = 1  # m of n = len(seeds); re-checks pool their seeds and need the same rate
+
+    def margin(self, value) -> float:
+        """How far a seed's value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing)."""
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            return -math.inf
+        return value - self.threshold if self.direction == ">=" else self.threshold - value
 
 
 @dataclass
@@ -88,7 +96,10 @@ class SearchConfig:
 def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
     """The base trial config and the validated search section (`search.*` overrides go to it)."""
     base, search = config.load_section(path, overrides, "search", SearchConfig)
-    search.success.metric = search.success.metric or task_of(base).success_metric  # so config.yaml says which
+    task, success = task_of(base), search.success  # resolved, so config.yaml says what counts as success
+    success.metric = success.metric or task.success_metric
+    task_direction = ">=" if task.success_above else "<="
+    success.direction = success.direction or (task_direction if success.metric == task.success_metric else ">=")
     _require_valid(base, search)
     return base, search
 
@@ -107,6 +118,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("search.minimize", tpe or not search.minimize, "needs search.sampler=tpe (threshold and grid minimise the knob)"),
         ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or search.sampler != "threshold"),
          "must be >= 1, and 1 for the threshold sampler (bisection is sequential)"),
+        ("search.success.direction", success.direction in (">=", "<="), "must be >= or <="),
         ("search.success.seeds", bool(success.seeds) and len(set(success.seeds)) == len(success.seeds),
          "needs at least one seed, each once"),
         ("search.success.min_seeds", 1 <= success.min_seeds <= len(success.seeds), "must be in 1..len(seeds)"),

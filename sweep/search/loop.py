@@ -176,17 +176,17 @@ def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base
 def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> None:
     """Read each seed's result.json and report the candidate: COMPLETE with its evidence, or FAIL if a seed errored.
 
-    Success is a constraint Optuna's TPE understands: the shortfall of the min_seeds-th best seed below the threshold
+    Success is a constraint Optuna's TPE understands: how far the min_seeds-th best seed falls short of the threshold
     (<= 0: at least min_seeds seeds succeed), graded so that near misses rank above clear failures."""
     results = [read_result(point, out) for point in points]
     if any(r is None for r in results):
         study.tell(trial, state=TrialState.FAIL)
         return
     success = search.success
-    metrics = [_metric(r, success.metric) for r in results]
-    trial.set_user_attr("successes", sum(m >= success.threshold for m in metrics))
+    margins = [success.margin(r.get(success.metric)) for r in results]
+    trial.set_user_attr("successes", sum(m >= 0 for m in margins))
     trial.set_user_attr("seeds", len(results))
-    shortfall = success.threshold - sorted(metrics, reverse=True)[success.min_seeds - 1]
+    shortfall = -sorted(margins, reverse=True)[success.min_seeds - 1]
     trial.set_constraint("success", min(shortfall, 1e6))  # finite: a NaN metric is a large shortfall
     if not search.minimize:
         study.tell(trial, float(trial.params[search.knob.key]))

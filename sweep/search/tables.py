@@ -98,7 +98,7 @@ def best_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base
         if search.reference:
             point = sl.point | search.reference
             results = [r for r in (read_result(point | {"seed": s}, out) for s in search.success.seeds) if r]
-            hits = [r.get(search.success.metric, -math.inf) >= search.success.threshold for r in results]
+            hits = [search.success.margin(r.get(search.success.metric)) >= 0 for r in results]
             row |= {f"reference {metric}": np.mean([r[metric] for r in results]) if results else np.nan,
                     f"reference {axis}": results[0][axis] if results else np.nan,
                     "reference success_rate": np.mean(hits) if results else np.nan,

@@ -1,14 +1,17 @@
 """The search loop's bookkeeping with the fake executor of tests/unit/conftest.py (real Optuna journal storage, no
 Ray): budgets, --extend, zombie trials, fresh seeds on re-evaluation. The real Ray path is in
 tests/integration/test_search.py."""
+import math
+
 import optuna
 import pytest
 
 from sweep.search import bisection, loop
 from sweep.search import studies as search_studies
-from sweep.search.config import load_search
+from sweep.search.config import SuccessConfig, load_search
 from tests.conftest import CONFIGS
 from tests.unit.conftest import WIDTH_NEEDED
+from trainables.errors import ConfigError
 
 def setup(tmp_path, *overrides):
     base, search = load_search(CONFIGS / "debug_search.yaml", list(overrides))
@@ -69,3 +72,19 @@ def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_width_tune):
     for trial in completed(studies[all_slices[0].study_name]):
         by_value.setdefault(trial.params["task.lengths.width"], []).append(trial.user_attrs["seed_list"])
     assert by_value[WIDTH_NEEDED] == [[0, 1], [2, 3]]  # the boundary's success side, re-checked with new seeds
+
+
+def test_success_reads_the_direction_of_its_metric():
+    """A loss gap succeeds at or below its threshold, an accuracy at or above; a missing value never succeeds."""
+    at_most = SuccessConfig(metric="ood/gap", direction="<=", threshold=0.1)
+    at_least = SuccessConfig(metric="ood/acc", direction=">=", threshold=0.9)
+    assert at_most.margin(0.05) == pytest.approx(0.05) and at_most.margin(0.2) == pytest.approx(-0.1)
+    assert at_least.margin(0.95) == pytest.approx(0.05) and at_least.margin(0.5) == pytest.approx(-0.4)
+    assert at_most.margin(None) == at_least.margin(float("nan")) == -math.inf
+
+
+def test_the_direction_defaults_to_the_tasks_for_its_own_metric():
+    _, search = load_search(CONFIGS / "debug_search.yaml", [])
+    assert (search.success.metric, search.success.direction) == ("ood/acc", ">=")
+    with pytest.raises(ConfigError, match="search.success.direction"):
+        load_search(CONFIGS / "debug_search.yaml", ["search.success.direction=above"])

@@ -67,7 +67,8 @@ class Task:
 
     name: str
     config: type  # the task's config dataclass (the `task:` section)
-    success_metric: str = "ood/acc"  # what "generalizes OOD" is read from: success when >= eval.threshold
+    success_metric: str = "ood/acc"  # what "generalizes OOD" is read from, against eval.threshold
+    success_above: bool = True  # success when the metric is >= the threshold (False: <=, e.g. a loss gap)
     diversity_axis: str = "data/max_sum_ratio"  # the data/* measure reports plot results against
     diversity_label: str = ""  # how that axis reads on a figure, e.g. "R (small = diverse)"
     headline: tuple[str, ...] = ()  # metrics a trial's one-line summary and the reports show first

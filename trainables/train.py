@@ -187,9 +187,10 @@ def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[s
     return result
 
 
-def checkpoint(state: TrainState, metrics: dict, seconds: float) -> dict:
-    """The full training state after an evaluation: what `restore` needs to continue exactly."""
-    return {"step": state.step, "status": state.status, "metrics": metrics,
+def checkpoint(state: TrainState, metrics: dict, seconds: float, history: list[dict] = ()) -> dict:
+    """The full training state after an evaluation (its `metrics`; `history`: every evaluation so far, with its step):
+    what `restore` and the task's summary of the run need to continue exactly."""
+    return {"step": state.step, "status": state.status, "metrics": metrics, "history": list(history),
             "model": copy.deepcopy(state.model.state_dict()),
             "optimizers": [phase.optimizer.state_dict() for phase in state.phases],
             "train_generator": state.generator.get_state(), "stopper": vars(state.stopper).copy(), "seconds": seconds}
@@ -216,6 +217,7 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
     task = task_of(cfg)
     state, eval_sets, eval_generator = init_state(cfg)
     data_metrics = task.diversity(cfg.task)
+    history = list(resume.get("history", [])) if resume else []  # every evaluation, for the task's summary
     if resume:
         restore(state, resume)
     # The run's result is its last finite evaluation; a diverged run falls back to it (or to initialisation).
@@ -233,12 +235,13 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
         if state.step % cfg.eval.every and state.step < total:
             continue
         latest = state.train_metrics() | evaluate(state.model, eval_sets, cfg) | data_metrics
+        history.append({"step": state.step} | latest)
         if math.isfinite(latest["id/loss"]):
             finite_model, finite_step, finite_metrics = copy.deepcopy(state.model.state_dict()), state.step, latest
             if state.stopper.should_stop(latest["id/loss"]):
                 state.status = "early_stopped"
             if on_checkpoint:
-                on_checkpoint(checkpoint(state, latest, time.perf_counter() - started))
+                on_checkpoint(checkpoint(state, latest, time.perf_counter() - started, history))
         else:
             state.status = "diverged"
         logger.log(latest, state.step)
@@ -253,7 +256,7 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
     final = dict(finite_metrics or {"train/loss": math.nan, "train/acc": math.nan}
                  | evaluate(state.model, eval_sets, cfg) | data_metrics)
     arrays, readout_metrics = readouts.final(cfg, state.model, eval_sets["ood"], eval_generator)
-    final |= readout_metrics
+    final |= readout_metrics | task.summary(cfg.task, history)
     logger.log_media(arrays, finite_step)
     final |= {"status": state.status, "steps": finite_step, "seconds": time.perf_counter() - started}
     return Result(final, arrays)

@@ -125,6 +125,10 @@ class Task:
         """The training distribution over the task's diversity variable, for shape searches (None: not one)."""
         return None
 
+    def summary(self, cfg, history: list[dict[str, float]]) -> dict[str, float]:
+        """Final metrics read off the whole run's evaluations, in order (e.g. the step at which a loss dropped)."""
+        return {}
+
     def readouts(self, cfg, model, ood: Batch, generator: torch.Generator,
                  n_examples: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Task-specific arrays of the final readout (attention.npz), beside the generic ones readouts.py saves, and

@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/core.py            (about a minute on 2 CPU cores; `make bench`)
 
-Also times, side by side, two choices the hot paths rest on: the one-step feature build (scatter into one tensor vs
-one_hot + cat) and the transformer's training step with its last layer and unembedding at the query only vs at every
-position. Numbers go to docs/PERFORMANCE.md with the machine line printed first.
+Also times, side by side, two choices the hot paths rest on: the one-step model as gathers and scatter-adds vs
+Definition 3 with the one-hot X, and the transformer's training step with its last layer and unembedding at the
+query only vs at every position. Numbers go to docs/PERFORMANCE.md with the machine line printed first.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from trainables import config
-from trainables.models.one_step import OneStepModel
+from trainables.models import one_step
+from trainables.models.one_step import OneHotOneStepModel
 from trainables.tasks.trigger_copy.data import sample
 from trainables.train import init_state, step, train
 
@@ -54,22 +54,19 @@ def bench_one_step_trial(cfg) -> None:
           f"(min {min(warm):.3f}, max {max(warm):.3f}) incl. 2 x 8192 training + 1024 ID + 1024 OOD + all_pairs eval")
 
 
-def bench_embedding(cfg) -> None:
-    model = OneStepModel(cfg.task.vocab_size, cfg.task.max_len)
-    tokens = sample(cfg.task, 8192, torch.Generator().manual_seed(0)).tokens
-
-    def one_hot_cat():
-        B, T = tokens.shape
-        position = F.one_hot(torch.arange(T), model.n_ctx).expand(B, T, model.n_ctx)
-        current = F.one_hot(tokens, model.d_vocab)
-        previous = F.pad(current, (0, 0, 1, 0))[:, :T]
-        return torch.cat([position, current, previous], dim=-1).float()
-
-    assert torch.equal(one_hot_cat(), model.embed(tokens))
-    scatter = statistics.median(timed(lambda: model.embed(tokens), 20))
-    concat = statistics.median(timed(one_hot_cat, 20))
-    print(f"one-step features    scatter {scatter * 1e3:.1f} ms, one_hot+cat {concat * 1e3:.1f} ms per 8192 "
-          f"sequences: scatter is {concat / scatter:.1f}x faster")
+def bench_one_step_formulations(cfg) -> None:
+    """A paper-theory trial with the gather formulation (what trains) against Definition 3 with the one-hot X."""
+    spec = one_step.SPEC
+    fast_times = timed(lambda: train(cfg), 5)
+    build = spec.build
+    spec.build = lambda model_cfg, d_vocab, n_ctx: OneHotOneStepModel(d_vocab, n_ctx)
+    try:
+        one_hot_times = timed(lambda: train(cfg), 5)
+    finally:
+        spec.build = build
+    fast, one_hot = statistics.median(fast_times), statistics.median(one_hot_times)
+    print(f"one-step trial       gathers {fast * 1e3:.0f} ms, one-hot X {one_hot * 1e3:.0f} ms (median of 5): "
+          f"{one_hot / fast:.1f}x")
 
 
 def bench_transformer(steps: int = 60) -> None:
@@ -108,7 +105,7 @@ def main() -> None:
     print(machine())
     cfg = config.load(CONFIGS / "paper_theory.yaml", [])
     bench_generator(cfg)
-    bench_embedding(cfg)
+    bench_one_step_formulations(cfg)
     bench_one_step_trial(cfg)
     bench_transformer()
     bench_query_path()

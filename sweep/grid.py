@@ -29,7 +29,7 @@ def run(config_path: str, overrides: list[str], out: Path, address: str | None) 
     (out / "config.yaml").write_text(resolved)
     errors = {}
     try:
-        errors = tuner.errors(tuner.run(base, sweep, points, out))
+        errors = tuner.run(base, sweep, points, out)
     finally:  # even when interrupted: what finished is in results.csv and the report
         frame = collect(tuner.members(points, out), errors)
         atomic_write(out / "results.csv", frame.to_csv(index=False))

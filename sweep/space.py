@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables import config
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, require
 from trainables.io import read_json
 from trainables.tasks import task_of
 
@@ -53,6 +53,7 @@ class SweepConfig:
     constraints: list[str] = field(default_factory=list)  # "A op B": A, B sums of swept keys and numbers; < <= > >= == !=
     seeds: list[int] = field(default_factory=lambda: [0])
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    pack: int = 0  # members (points of one shape) per Tune trial, trained as one; 0 = auto (tuner.members_per_trial)
     max_concurrent: int = 0  # trials running at once; 0 lets the cluster's free resources decide
     max_failures: int = 2  # retries of a crashed trial, each from its last checkpoint
     phase_diagram: PhaseDiagramConfig = field(default_factory=PhaseDiagramConfig)
@@ -66,6 +67,7 @@ _TERM = re.compile(r"\s*([+-]?)\s*([A-Za-z_][\w.]*|\d+(?:\.\d+)?)\s*")
 def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, SweepConfig, list[dict[str, Any]]]:
     """The base trial config, the sweep section and its points, all validated. `sweep.*` overrides go to the sweep."""
     base, sweep = config.load_section(path, overrides, "sweep", SweepConfig)
+    require(("sweep.pack", sweep.pack >= 0, "must be >= 0 (0 = auto)"))
     result = points(base, sweep)
     keys, diagram = [axis.key for axis in sweep.axes], sweep.phase_diagram  # resolved, so config.yaml says what it draws
     diagram.x = diagram.x or keys[0]

@@ -101,7 +101,9 @@ class Logger:
                 sink.summary(metrics)
 
     def close(self) -> None:
-        for sink in self.sinks:
+        """Close every sink once (a packed member's logger closes when the member finishes, before its context)."""
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
             sink.close()
 
     def __enter__(self) -> "Logger":

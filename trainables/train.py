@@ -1,12 +1,12 @@
-"""Training as small functions over a TrainState (in the style of big_vision's `update_fn(state, batch)`), and
-`train()`, the one loop that runs them for every task and model.
+"""Training as small functions over a TrainState (in the style of big_vision's `update_fn(state, batch)`), and the
+one loop that runs them for every task and model, for one member (`train`) or several packed (`train_members`).
 
-`init_state` builds the model, its phases and the data generators from the config's one seed; `step` takes one
-optimizer step on a batch; `evaluate` measures the model on the fixed evaluation sets; `checkpoint` and `restore`
-capture and reinstate everything a run changes, so a resumed run draws the same batches and ends in the same result.
-A run is the model's phases (models/: the one-step model's Algorithm 1 is two single steps of plain SGD; the
-transformer one phase of `optim`), every step on a fresh training batch; every `eval.every` steps (and after the
-last) the model is measured.
+`init_state` builds the model, its phases and the data generators from the config's one seed; a population.Stack
+takes one optimizer step for every member on its own batch; `evaluate` measures a model on its fixed evaluation
+sets; `checkpoint` and `restore` capture and reinstate everything a run changes, so a resumed run draws the same
+batches and ends in the same result. A run is the model's phases (models/: the one-step model's Algorithm 1 is two
+single steps of plain SGD; the transformer one phase of `optim`), every step on a fresh training batch; every
+`eval.every` steps (and after the last) the model is measured.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from trainables.io import atomic_write, write_json
 from trainables.logger import Logger
 from trainables.models import MODELS
 from trainables.optim import Phase
+from trainables.population import Stack, pack_key
 from trainables.tasks import Batch, task_of
 
 
@@ -85,14 +86,17 @@ class TrainState:
     def total_steps(self) -> int:
         return sum(phase.steps for phase in self.phases)
 
-    def phase(self) -> Phase:
-        """The phase the next step belongs to."""
+    def phase_index(self) -> int:
+        """The index of the phase the next step belongs to."""
         done = self.step
-        for phase in self.phases:
+        for index, phase in enumerate(self.phases):
             if done < phase.steps:
-                return phase
+                return index
             done -= phase.steps
-        return self.phases[-1]
+        return len(self.phases) - 1
+
+    def phase(self) -> Phase:
+        return self.phases[self.phase_index()]
 
     def train_metrics(self) -> dict[str, float]:
         """`train/loss` and `train/acc` since the last call, which starts a new window."""
@@ -143,25 +147,6 @@ def scored(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tens
     return logits[batch.loss_mask], batch.scored_targets()
 
 
-def step(state: TrainState, batch: Batch) -> bool:
-    """One optimizer step of the current phase on `batch`. False, with nothing changed, when the loss is not finite."""
-    phase = state.phase()
-    state.model.train()
-    logits, _ = state.model.run_with_cache(batch.tokens, batch.query)
-    logits, targets = scored(logits, batch)
-    loss = F.cross_entropy(logits, targets)
-    if not torch.isfinite(loss):
-        return False
-    phase.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    phase.optimizer.step()
-    state.step += 1
-    state.loss_sum += loss.item() * len(targets)
-    state.hits += (logits.argmax(-1) == targets).sum().item()
-    state.count += len(targets)
-    return True
-
-
 def loss_and_accuracy(logits: torch.Tensor, targets: torch.Tensor, prefix: str) -> dict[str, float]:
     """Mean cross-entropy (in float64) and argmax accuracy of (M, N) logits against (M,) targets."""
     return {
@@ -192,14 +177,14 @@ def checkpoint(state: TrainState, metrics: dict, seconds: float, history: list[d
     what `restore` and the task's summary of the run need to continue exactly."""
     return {"step": state.step, "status": state.status, "metrics": metrics, "history": list(history),
             "model": copy.deepcopy(state.model.state_dict()),
-            "optimizers": [phase.optimizer.state_dict() for phase in state.phases],
+            "optimizers": [copy.deepcopy(phase.optimizer.state_dict()) for phase in state.phases],
             "train_generator": state.generator.get_state(), "stopper": vars(state.stopper).copy(), "seconds": seconds}
 
 
 def restore(state: TrainState, saved: dict) -> None:
     state.model.load_state_dict(saved["model"])
     for phase, optimizer_state in zip(state.phases, saved["optimizers"]):
-        phase.optimizer.load_state_dict(optimizer_state)
+        phase.optimizer.load_state_dict(copy.deepcopy(optimizer_state))  # never train the checkpoint's own tensors
     state.generator.set_state(saved["train_generator"])
     state.stopper = EarlyStopping(**saved["stopper"])
     state.status, state.step = saved["status"], saved["step"]
@@ -212,61 +197,140 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
     on_checkpoint receives `checkpoint(...)` after every finite evaluation (before that evaluation is logged);
     train(cfg, resume=saved) continues from it exactly: same batches, same optimizer moments, same result.
     """
-    started = time.perf_counter() - (resume["seconds"] if resume else 0.0)
-    logger = logger or Logger()
-    task = task_of(cfg)
+    staged = (lambda states: on_checkpoint(states[0])) if on_checkpoint else None
+    return train_members([cfg], [logger or Logger()], [resume], on_checkpoint=staged)[0]
+
+
+@dataclass
+class Member:
+    """Everything one member's run keeps besides its TrainState, whether it trains alone or packed."""
+
+    index: int  # its position in train_members' lists
+    cfg: object
+    state: TrainState
+    eval_sets: dict[str, Batch]
+    eval_generator: torch.Generator  # its later draws feed the final readout
+    logger: Logger
+    started: float  # perf_counter at which the run (counted from its first attempt) began
+    history: list[dict] = field(default_factory=list)  # every evaluation, with its step, for the task's summary
+    finite: tuple = (None, 0, None)  # (model state, step, metrics) of the last finite evaluation: the run's result
+
+    @property
+    def training(self) -> bool:
+        return self.state.status == "completed" and self.state.step < self.state.total_steps
+
+
+def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
+                  on_checkpoint: Callable[[dict[int, dict]], None] | None = None,
+                  on_result: Callable[[int, Result], None] | None = None) -> list[Result]:
+    """The one training loop: members of one shape (population.pack_key) step together on a population.Stack, each
+    on its own fresh batch; every `eval.every` steps (and after the last) each is measured, and may stop early or
+    diverge, alone. Returns one Result per config, each what training it alone would give.
+
+    resumes[i]: a checkpoint of member i to continue from (members resumed together are at the same step).
+    on_checkpoint receives {index: checkpoint} of the members whose evaluation was finite, after each evaluation and
+    before it is logged; on_result(index, result) is called as each member finishes.
+    """
+    members = [_start(i, cfg, logger, resume) for i, (cfg, logger, resume) in enumerate(zip(cfgs, loggers, resumes))]
+    results: dict[int, Result] = {}
+
+    def finish(member: Member) -> None:
+        results[member.index] = _finish(member)
+        if on_result:
+            on_result(member.index, results[member.index])
+
+    for member in members:
+        if not member.training:  # resumed after it had stopped: nothing is left but its readout
+            finish(member)
+    training = [m for m in members if m.training]
+    if training:
+        if len({m.state.step for m in training}) > 1 or len({pack_key(m.cfg) for m in training}) > 1:
+            raise ValueError("members trained together need one pack_key and one step")
+        stack, first = Stack([m.state for m in training]), training[0]
+        bar = tqdm(total=first.state.total_steps, initial=first.state.step, desc=first.cfg.name, unit="step",
+                   disable=not sys.stderr.isatty(), leave=False)
+        while any(m.training for m in training):
+            active = {slot: m for slot, m in enumerate(training) if m.training}
+            finite = stack.step({slot: _next_batch(m) for slot, m in active.items()})
+            bar.update()
+            for slot, ok in finite.items():
+                if not ok:
+                    active[slot].state.status = "diverged"
+            _evaluate_if_due(stack, active, on_checkpoint)
+            for slot, member in active.items():
+                if not member.training:
+                    stack.freeze(slot)
+                    finish(member)
+        bar.close()
+    return [results[member.index] for member in members]
+
+
+def _start(index: int, cfg, logger: Logger, resume: dict | None) -> Member:
     state, eval_sets, eval_generator = init_state(cfg)
-    data_metrics = task.diversity(cfg.task)
-    history = list(resume.get("history", [])) if resume else []  # every evaluation, for the task's summary
+    member = Member(index, cfg, state, eval_sets, eval_generator, logger,
+                    started=time.perf_counter() - (resume["seconds"] if resume else 0.0))
     if resume:
         restore(state, resume)
-    # The run's result is its last finite evaluation; a diverged run falls back to it (or to initialisation).
-    finite_model, finite_step = copy.deepcopy(state.model.state_dict()), state.step
-    finite_metrics = resume["metrics"] if resume else None
-    total = state.total_steps
-    bar = tqdm(total=total, initial=state.step, desc=cfg.name, unit="step", disable=not sys.stderr.isatty(),
-               leave=False)
-    while state.status == "completed" and state.step < total:
-        batch = task.sample(cfg.task, state.phase().batch_size, state.generator).to(cfg.device)
-        if not step(state, batch):
-            state.status = "diverged"
-            break
-        bar.update()
-        if state.step % cfg.eval.every and state.step < total:
-            continue
-        latest = state.train_metrics() | evaluate(state.model, eval_sets, cfg) | data_metrics
-        history.append({"step": state.step} | latest)
-        if math.isfinite(latest["id/loss"]):
-            finite_model, finite_step, finite_metrics = copy.deepcopy(state.model.state_dict()), state.step, latest
-            if state.stopper.should_stop(latest["id/loss"]):
+        member.history = list(resume.get("history", []))
+    member.finite = (copy.deepcopy(state.model.state_dict()), state.step, resume["metrics"] if resume else None)
+    return member
+
+
+def _next_batch(member: Member) -> Batch:
+    cfg = member.cfg
+    return task_of(cfg).sample(cfg.task, member.state.phase().batch_size, member.state.generator).to(cfg.device)
+
+
+def _evaluate_if_due(stack: Stack, active: dict[int, Member], on_checkpoint) -> None:
+    """At an evaluation step, measure every member still going: keep its last finite evaluation, decide early
+    stopping and divergence, checkpoint it (with its slice of the optimizers) when finite, then log it."""
+    some = next(iter(active.values())).state
+    if some.step % next(iter(active.values())).cfg.eval.every and some.step < some.total_steps:
+        return
+    measured = {slot: m for slot, m in active.items() if m.state.status == "completed"}
+    stack.unstack(list(measured))
+    latest, staged = {}, {}
+    for slot, m in measured.items():
+        cfg, state = m.cfg, m.state
+        latest[slot] = state.train_metrics() | evaluate(state.model, m.eval_sets, cfg) | task_of(cfg).diversity(cfg.task)
+        m.history.append({"step": state.step} | latest[slot])
+        if math.isfinite(latest[slot]["id/loss"]):
+            m.finite = (copy.deepcopy(state.model.state_dict()), state.step, latest[slot])
+            if state.stopper.should_stop(latest[slot]["id/loss"]):
                 state.status = "early_stopped"
-            if on_checkpoint:
-                on_checkpoint(checkpoint(state, latest, time.perf_counter() - started, history))
+            staged[m.index] = checkpoint(state, latest[slot], time.perf_counter() - m.started, m.history)
+            staged[m.index]["optimizers"] = stack.optimizer_states(slot)
         else:
             state.status = "diverged"
-        logger.log(latest, state.step)
-        if _media_due(cfg, state, total):
-            logger.log_media(readouts.final(cfg, state.model, eval_sets["ood"], copy_generator(eval_generator))[0],
-                             state.step)
-        bar.set_postfix({k: f"{latest[k]:.3f}" for k in ("id/loss", task.success_metric)})
-    bar.close()
-    if state.status == "diverged":
-        state.model.load_state_dict(finite_model)
-
-    final = dict(finite_metrics or {"train/loss": math.nan, "train/acc": math.nan}
-                 | evaluate(state.model, eval_sets, cfg) | data_metrics)
-    arrays, readout_metrics = readouts.final(cfg, state.model, eval_sets["ood"], eval_generator)
-    final |= readout_metrics | task.summary(cfg.task, history)
-    logger.log_media(arrays, finite_step)
-    final |= {"status": state.status, "steps": finite_step, "seconds": time.perf_counter() - started}
-    return Result(final, arrays)
+    if staged and on_checkpoint:
+        on_checkpoint(staged)
+    for slot, m in measured.items():
+        m.logger.log(latest[slot], m.state.step)
+        if _media_due(m):
+            arrays = readouts.final(m.cfg, m.state.model, m.eval_sets["ood"], copy_generator(m.eval_generator))[0]
+            m.logger.log_media(arrays, m.state.step)
 
 
-def _media_due(cfg, state: TrainState, total: int) -> bool:
+def _media_due(member: Member) -> bool:
     """Mid-run media every `logging.media_every` evaluations of a run still going (the end logs its own)."""
-    every = cfg.logging.media_every
-    return (bool(every) and state.step % cfg.eval.every == 0 and (state.step // cfg.eval.every) % every == 0
-            and state.status == "completed" and state.step < total)
+    every = member.cfg.logging.media_every
+    return bool(every) and (member.state.step // member.cfg.eval.every) % every == 0 and member.training
+
+
+def _finish(member: Member) -> Result:
+    """The member's final metrics and readout; a diverged run's are those of its last finite evaluation."""
+    cfg, state = member.cfg, member.state
+    model_state, finite_step, finite_metrics = member.finite
+    if state.status == "diverged":
+        state.model.load_state_dict(model_state)
+    task = task_of(cfg)
+    final = dict(finite_metrics or {"train/loss": math.nan, "train/acc": math.nan}
+                 | evaluate(state.model, member.eval_sets, cfg) | task.diversity(cfg.task))
+    arrays, readout_metrics = readouts.final(cfg, state.model, member.eval_sets["ood"], member.eval_generator)
+    final |= readout_metrics | task.summary(cfg.task, member.history)
+    member.logger.log_media(arrays, finite_step)
+    final |= {"status": state.status, "steps": finite_step, "seconds": time.perf_counter() - member.started}
+    return Result(final, arrays)
 
 
 def save(result: Result, out_dir: str | Path) -> None:

@@ -1,82 +1,123 @@
-"""Ray Tune entry point: a trial's dict -> configs -> train(), reporting and checkpointing through ray.tune.
+"""Ray Tune entry point: a trial's members -> configs -> train_members(), reporting and checkpointing through ray.tune.
 
-The only module of trainables/ that imports ray. A trial carries a list of members (today one; later several packed
-into one process), each with its sweep point and an absolute output directory; results stay one per member.
+The only module of trainables/ that imports ray. A trial carries a list of members (one, or several packed), each
+with its sweep point and an absolute output directory. Members of one shape train as one population
+(population.pack_key), the others one group after another; results, directories, checkpoints and W&B runs stay one
+per member, so a user sees no difference but speed.
 """
 from __future__ import annotations
 
 import json
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 from ray import tune
 
 from trainables import config
+from trainables.io import read_json, read_jsonl
 from trainables.logger import trial_logger
-from trainables.train import save, train
+from trainables.population import pack_key
+from trainables.train import save, train_members
 
 STATE_FILE = "state.pt"
 
 
-class TuneSink:
-    """Mirrors each evaluation to tune.report, attaching the checkpoint staged just before it (if any)."""
+class Reporter:
+    """The trial's one channel to Tune: every member's evaluations and results as tune.report, with the latest
+    checkpoint of the members in training (staged by train_members) attached to the next report."""
 
-    def __init__(self, member: int):
-        self.member, self.staged = member, None
+    def __init__(self):
+        self.staged = None
 
-    def stage(self, state: dict) -> None:
-        """train()'s on_checkpoint: write the state where the next report picks it up."""
+    def stage(self, states: dict[int, dict]) -> None:
         self.staged = tempfile.TemporaryDirectory(prefix="headsweep-ckpt-")
-        torch.save({"member": self.member, "state": state}, Path(self.staged.name) / STATE_FILE)
+        torch.save({"members": states}, Path(self.staged.name) / STATE_FILE)
 
-    def log(self, metrics: dict[str, float], step: int) -> None:
+    def report(self, metrics: dict, member: int) -> None:
         checkpoint = tune.Checkpoint.from_directory(self.staged.name) if self.staged else None
-        tune.report(metrics | {"step": step, "member": self.member}, checkpoint=checkpoint)  # Ray copies it
+        tune.report(metrics | {"member": member}, checkpoint=checkpoint)  # Ray copies the checkpoint
         if self.staged:
             self.staged.cleanup()
             self.staged = None
 
+    def sink(self, member: int) -> "MemberSink":
+        return MemberSink(self, member)
+
+
+class MemberSink:
+    """A member's Logger sink that mirrors its evaluations to Tune through the trial's Reporter."""
+
+    def __init__(self, reporter: Reporter, member: int):
+        self.reporter, self.member = reporter, member
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.reporter.report(metrics | {"step": step}, self.member)
+
     def close(self) -> None:
-        if self.staged:
-            self.staged.cleanup()
+        pass
 
 
 def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
-    """params = {"trial": id}; plan[id] = [{"point": {dotted key: value}, "dir": absolute path}, ...] (the members);
-    base: the config dict every point is applied to."""
-    resume = _last_checkpoint()
-    for index, member in enumerate(plan[params["trial"]]):
-        out = Path(member["dir"])
-        finished = out / "result.json"
-        if finished.exists():  # finished in an earlier attempt or run: never trained twice
-            tune.report(json.loads(finished.read_text()) | {"member": index})
+    """params = {"trial": id}; plan[id] = [{"point": {dotted key: value}, "dir": absolute path, ...}, ...] (the
+    members); base: the config dict every point is applied to."""
+    members = plan[params["trial"]]
+    saved = _last_checkpoint()
+    reporter = Reporter()
+    groups: dict[tuple, list[int]] = {}
+    for index, member in enumerate(members):
+        finished = read_json(Path(member["dir"]) / "result.json")
+        if finished is not None:  # finished in an earlier attempt or run: never trained twice
+            reporter.report(finished, index)
             continue
         cfg = config.with_point(base, member["point"])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(config.to_yaml(cfg))
-        state = resume["state"] if resume and resume["member"] == index else None
-        _keep_records_until(out / "metrics.jsonl", state["step"] if state else 0)
-        sink = TuneSink(index)
-        with trial_logger(cfg, out, sink, job_type=member.get("job_type", "grid"), name=out.name) as logger:
-            result = train(cfg, logger, resume=state, on_checkpoint=sink.stage)
-            if state:  # say so in the result: this member continued from a checkpoint after a crash
-                result.metrics["resumed_from_step"] = state["step"]
-            logger.summary(result.metrics)
-        save(result, out)
-        tune.report(result.metrics | {"member": index})
+        step = saved[index]["step"] if index in saved else 0
+        groups.setdefault((pack_key(cfg), step), []).append(index)
+    for indices in groups.values():
+        _train_group(members, indices, base, saved, reporter)
 
 
-def _last_checkpoint() -> dict | None:
+def _train_group(members: list[dict], indices: list[int], base: dict, saved: dict, reporter: Reporter) -> None:
+    """Train these members (one shape, one step) as one population, each logging to its own directory."""
+    with ExitStack() as contexts:
+        cfgs, loggers, resumes = [], [], []
+        for index in indices:
+            member, out = members[index], Path(members[index]["dir"])
+            cfg = config.with_point(base, member["point"])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "config.yaml").write_text(config.to_yaml(cfg))
+            resume = saved.get(index)
+            _keep_records_until(out / "metrics.jsonl", resume["step"] if resume else 0)
+            loggers.append(contexts.enter_context(trial_logger(cfg, out, reporter.sink(index),
+                                                               job_type=member.get("job_type", "grid"), name=out.name)))
+            cfgs.append(cfg)
+            resumes.append(resume)
+
+        def finished(k: int, result) -> None:
+            index = indices[k]
+            if resumes[k]:  # say so in the result: this member continued from a checkpoint after a crash
+                result.metrics["resumed_from_step"] = resumes[k]["step"]
+            loggers[k].summary(result.metrics)
+            loggers[k].close()
+            save(result, members[index]["dir"])
+            reporter.report(result.metrics, index)
+
+        train_members(cfgs, loggers, resumes, on_result=finished,
+                      on_checkpoint=lambda staged: reporter.stage({indices[k]: s for k, s in staged.items()}))
+
+
+def _last_checkpoint() -> dict[int, dict]:
+    """member index -> its training state in the trial's latest checkpoint ({} without one)."""
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
-        return None
+        return {}
     with checkpoint.as_directory() as directory:
-        return torch.load(Path(directory) / STATE_FILE, weights_only=False)  # our own file
+        saved = torch.load(Path(directory) / STATE_FILE, weights_only=False)  # our own file
+    return saved["members"] if "members" in saved else {saved["member"]: saved["state"]}  # the one-member format too
 
 
 def _keep_records_until(path: Path, step: int) -> None:
     """Drop jsonl records past the checkpoint a retry resumes from, so each step is logged once."""
     if path.exists():
-        lines = path.read_text().splitlines(keepends=True)
-        path.write_text("".join(line for line in lines if json.loads(line)["step"] <= step))
+        path.write_text("".join(f"{json.dumps(record)}\n" for record in read_jsonl(path) if record["step"] <= step))

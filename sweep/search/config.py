@@ -89,6 +89,7 @@ class SearchConfig:
     guide: GuideConfig = field(default_factory=GuideConfig)  # threshold: carry verdicts between slices (sweep/guide.py)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    pack: int = 0  # members (trained seeds of one shape) per Tune trial, trained as one; 0 = auto
     max_concurrent: int = 0
     max_failures: int = 2
 
@@ -124,6 +125,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("search.success.min_seeds", 1 <= success.min_seeds <= len(success.seeds), "must be in 1..len(seeds)"),
         ("search.budget.per_slice", search.budget.per_slice >= 1, "must be >= 1"),
         ("search.budget.total", search.budget.total >= 0, "must be >= 0"),
+        ("search.pack", search.pack >= 0, "must be >= 0 (0 = auto)"),
     ]
     for i, param in enumerate(search.params):
         where = f"search.params[{i}]"

@@ -1,8 +1,13 @@
-"""The one-step model (SPEC §2): features, masking, and Algorithm 1 against the closed-form gradients."""
+"""The one-step model (SPEC §2): features, masking, the gather formulation against Definition 3 written out with
+the one-hot X (forward, gradients, whole trials), and Algorithm 1 against the closed-form gradients."""
+import math
+
+import pytest
 import torch
 
 from trainables import config
-from trainables.models.one_step import OneStepModel
+from trainables.models import one_step
+from trainables.models.one_step import OneHotOneStepModel, OneStepModel
 from trainables.tasks.trigger_copy.data import sample
 from trainables.train import seeded_generators, train
 from tests.conftest import CONFIGS
@@ -13,7 +18,7 @@ SMALL = ["task.vocab_size=10", "task.max_len=14", "task.n_triggers=2", "task.len
 
 
 def test_features_are_position_current_and_previous_one_hots():
-    model = OneStepModel(vocab_size=5, max_len=6)
+    model = OneHotOneStepModel(vocab_size=5, max_len=6)
     X = model.embed(torch.tensor([[3, 0, 4]]))[0]  # (T, D), D = 6 + 2 * 5
     assert X.shape == (3, 16)
     assert X[:, :6].argmax(1).tolist() == [0, 1, 2]  # p_t
@@ -38,10 +43,52 @@ def test_padding_after_the_query_changes_nothing():
     assert attention.shape == (4, 1, 1, 8) and (attention[0, 0, 0, 4:] == 0).all()
 
 
+def random_pair(seed: int, N: int = 9, L: int = 14) -> tuple[OneStepModel, OneHotOneStepModel]:
+    """The fast model and the one-hot reference with the same random (nonzero) weights."""
+    fast, reference = OneStepModel(N, L), OneHotOneStepModel(N, L)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(seed)
+        for p in fast.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator))
+        reference.load_state_dict(fast.state_dict())
+    return fast, reference
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gathers_equal_the_one_hot_definition_forward_and_backward(seed):
+    fast, reference = random_pair(seed)
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(9, (32, 13), generator=generator)
+    query = torch.randint(1, 13, (32,), generator=generator)
+    targets = torch.randint(9, (32,), generator=generator)
+    outputs = []
+    for model in (fast, reference):
+        logits, cache = model.run_with_cache(tokens, query)
+        torch.nn.functional.cross_entropy(logits, targets).backward()
+        outputs.append((logits, cache["blocks.0.attn.hook_pattern"], model.W_KQ.grad, model.W_V.grad))
+    for mine, theirs in zip(*outputs):
+        assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-5)
+    assert outputs[0][2].abs().max() > 1e-3  # the gradients compared are not all zero
+
+
+def test_a_paper_trial_equals_the_one_hot_definitions_on_every_metric(monkeypatch):
+    cfg = config.load(CONFIGS / "paper_theory.yaml", ["model.n_samples_V=2048", "model.n_samples_KQ=2048"])
+    fast = train(cfg)
+    monkeypatch.setattr(one_step.SPEC, "build", lambda model_cfg, d_vocab, n_ctx: OneHotOneStepModel(d_vocab, n_ctx))
+    reference = train(cfg)
+    assert set(fast.metrics) == set(reference.metrics)
+    for key, value in reference.metrics.items():
+        if isinstance(value, float) and key != "seconds" and not math.isnan(value):
+            assert fast.metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-5), key
+    for key in ("W_KQ", "W_V", "acc_by_pair"):
+        assert torch.allclose(torch.from_numpy(fast.arrays[key]), torch.from_numpy(reference.arrays[key]),
+                              rtol=1e-5, atol=1e-5, equal_nan=True), key
+
+
 def closed_form_algorithm_1(cfg):
     """Algorithm 1 by hand: the two gradients written out, on the same fresh batches train() draws."""
     _, generator, _ = seeded_generators(cfg.seed)
-    model = OneStepModel(cfg.task.vocab_size, cfg.task.max_len)
+    model = OneHotOneStepModel(cfg.task.vocab_size, cfg.task.max_len)
     N = cfg.task.vocab_size
 
     def features(batch):

@@ -9,7 +9,8 @@ import torch
 from trainables import config
 from trainables.models import MODELS
 from trainables.tasks import TASKS, Batch
-from trainables.train import checkpoint, evaluate, init_state, restore, step
+from trainables.population import Stack
+from trainables.train import checkpoint, evaluate, init_state, restore
 
 SMALL = {"transformer": ["model.n_layers=2"], "one_step": ["model.n_samples_V=64", "model.n_samples_KQ=64"]}
 
@@ -68,7 +69,7 @@ def test_a_step_evaluates_and_a_checkpoint_restores_exactly(task, model):
     state, eval_sets, _ = init_state(cfg)
     spec = TASKS[task]
     batch = spec.sample(cfg.task, state.phase().batch_size, state.generator)
-    assert step(state, batch) and state.step == 1
+    assert Stack([state]).step({0: batch}) == {0: True} and state.step == 1
     metrics = evaluate(state.model, eval_sets, cfg)
     assert {"id/loss", "id/acc", "ood/loss", "ood/acc", spec.success_metric, "ood/success"} <= set(metrics)
     saved = copy.deepcopy(checkpoint(state, metrics, 0.0))

@@ -120,7 +120,7 @@ def test_pad_to_widens_the_batch_without_changing_a_draw(split):
         assert torch.equal(getattr(padded, name)[:, :width], getattr(plain, name))
     assert (padded.labels[:, width:] == PAD).all() and not padded.loss_mask[:, width:].any()
     assert torch.equal(padded.scored_targets(), plain.scored_targets())
-    with pytest.raises(ValueError, match="pad_to"):
+    with pytest.raises(ValueError, match="cannot pad"):
         tc.sample(cfg, 64, torch.Generator().manual_seed(5), split, pad_to=width - 1 if width > 5 else 4)
 
 

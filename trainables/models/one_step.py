@@ -30,6 +30,15 @@ class OneStepConfig:
 
 
 class OneStepModel(nn.Module):
+    """f(X) = W_V X softmax(X^T W_KQ x_T), computed without materialising the one-hot X.
+
+    Every x_t has exactly three hot features (position t, token z_t, previous token z_{t-1}), so x_t^T W_KQ x_T is a sum
+    of 9 entries of W_KQ and X softmax(.) is a scatter of the attention weights onto those features: gathers and
+    scatter-adds over (B, T, 3) indices instead of (B, T, D) one-hot tensors (D = L + 2N). Autograd differentiates
+    them into the same gradients, as sparse adds. `OneHotOneStepModel` below is Definition 3 written out with X; tests
+    and bench/core.py hold this model to it.
+    """
+
     def __init__(self, vocab_size: int, max_len: int):
         super().__init__()
         self.d_vocab, self.n_ctx = vocab_size, max_len
@@ -37,30 +46,33 @@ class OneStepModel(nn.Module):
         self.W_KQ = nn.Parameter(torch.zeros(d_model, d_model))  # rows: key features, columns: query features
         self.W_V = nn.Parameter(torch.zeros(vocab_size, d_model))
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(B, T) tokens -> (B, T, D) features [p_t ; e_{z_t} ; e_{z_{t-1}}] with e_{z_0} = 0."""
+    def features(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The hot features of x_t = [p_t ; e_{z_t} ; e_{z_{t-1}}]: indices (B, T, 3) into the D features, and weights
+        (B, T, 3): 1, except 0 for the previous-token part at t = 0 (e_{z_0} = 0)."""
         B, T = tokens.shape
         L, N = self.n_ctx, self.d_vocab
         position = torch.arange(T, device=tokens.device).expand(B, T)
-        previous = F.pad(tokens, (1, 0))[:, :T]  # (B, T) shifted right; t = 0 gets a placeholder cleared below
-        hot = torch.stack([position, L + tokens, L + N + previous], dim=-1)  # (B, T, 3) index of each one-hot part
-        X = torch.zeros(B, T, L + 2 * N, dtype=self.W_V.dtype, device=tokens.device).scatter_(2, hot, 1.0)
-        X[:, 0, L + N :] = 0  # e_{z_0} = 0: the first token has no previous token
-        return X  # scatter, not one_hot + cat: the (B, T, D) float tensor is written once (hot path, 8192 x 33 x 98)
+        previous = F.pad(tokens, (1, 0))[:, :T]  # (B, T) shifted right; t = 0 holds a placeholder weighted 0
+        hot = torch.stack([position, L + tokens, L + N + previous], dim=-1)  # (B, T, 3)
+        weight = torch.ones(B, T, 3, dtype=self.W_V.dtype, device=tokens.device)
+        weight[:, 0, 2] = 0
+        return hot, weight
 
     def run_with_cache(self, tokens: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Logits at the query (B, N) and the attention it paid, cached as `blocks.0.attn.hook_pattern` (B, 1, 1, T).
 
-        Positions after each sequence's query are padding and get no attention, so X is the sequence up to its query.
+        Positions after each sequence's query are padding and get no attention.
         """
-        X = self.embed(tokens)  # (B, T, D)
-        rows = torch.arange(len(tokens), device=tokens.device)
-        x_query = X[rows, query]  # (B, D)
-        # Contract W_KQ with the query first: (B, D) then (B, T), never a (B, T, D, D) intermediate.
-        scores = torch.einsum("btd,bd->bt", X, x_query @ self.W_KQ.T)  # (B, T): x_t^T W_KQ x_T
-        after_query = torch.arange(X.shape[1], device=tokens.device)[None, :] > query[:, None]  # (B, T)
+        hot, weight = self.features(tokens)  # (B, T, 3) each
+        B, T, _ = hot.shape
+        rows = torch.arange(B, device=tokens.device)
+        query_hot, query_weight = hot[rows, query], weight[rows, query]  # (B, 3): the features of x_T
+        w_query = (self.W_KQ.T[query_hot] * query_weight[..., None]).sum(1)  # (B, D): W_KQ x_T
+        scores = (w_query.gather(1, hot.flatten(1)).view(B, T, 3) * weight).sum(-1)  # (B, T): x_t^T W_KQ x_T
+        after_query = torch.arange(T, device=tokens.device)[None, :] > query[:, None]  # (B, T)
         attention = scores.masked_fill(after_query, float("-inf")).softmax(dim=-1)  # (B, T)
-        context = torch.einsum("btd,bt->bd", X, attention)  # (B, D): X softmax(.)
+        context = torch.zeros(B, self.W_V.shape[1], dtype=self.W_V.dtype, device=tokens.device).scatter_add(
+            1, hot.flatten(1), (attention[..., None] * weight).flatten(1))  # (B, D): X softmax(.)
         logits = context @ self.W_V.T  # (B, N)
         return logits, {"blocks.0.attn.hook_pattern": attention[:, None, None, :]}
 
@@ -69,6 +81,28 @@ class OneStepModel(nn.Module):
 
     def matrices(self) -> dict[str, torch.Tensor]:
         return {"W_KQ": self.W_KQ, "W_V": self.W_V}
+
+
+class OneHotOneStepModel(OneStepModel):
+    """Definition 3 as written: the one-hot X (B, T, D) materialised, then f(X) = W_V X softmax(X^T W_KQ x_T). The
+    reference the gather formulation above is tested and benchmarked against; not used for training."""
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T) tokens -> (B, T, D) features [p_t ; e_{z_t} ; e_{z_{t-1}}] with e_{z_0} = 0."""
+        hot, weight = self.features(tokens)
+        B, T, _ = hot.shape
+        return torch.zeros(B, T, self.W_KQ.shape[0], dtype=self.W_V.dtype,
+                           device=tokens.device).scatter_(2, hot, weight)
+
+    def run_with_cache(self, tokens: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        X = self.embed(tokens)  # (B, T, D)
+        rows = torch.arange(len(tokens), device=tokens.device)
+        x_query = X[rows, query]  # (B, D)
+        scores = torch.einsum("btd,bd->bt", X, x_query @ self.W_KQ.T)  # (B, T): x_t^T W_KQ x_T
+        after_query = torch.arange(X.shape[1], device=tokens.device)[None, :] > query[:, None]  # (B, T)
+        attention = scores.masked_fill(after_query, float("-inf")).softmax(dim=-1)  # (B, T)
+        logits = torch.einsum("btd,bt->bd", X, attention) @ self.W_V.T  # (B, N)
+        return logits, {"blocks.0.attn.hook_pattern": attention[:, None, None, :]}
 
 
 class OneStepSpec(ModelSpec):

@@ -15,6 +15,9 @@ import numpy as np
 import torch
 
 
+PAD_LABEL = -1  # the per-position label of padding, in every task
+
+
 @dataclass
 class Batch:
     """Sequences of one task, right-padded to one width; the loss and accuracy read `targets` where `loss_mask`."""
@@ -22,7 +25,7 @@ class Batch:
     tokens: torch.Tensor  # (B, T) long
     targets: torch.Tensor  # (B, T) long: what each position should predict (meaningful where loss_mask)
     loss_mask: torch.Tensor  # (B, T) bool: the positions the loss and the accuracy score
-    labels: torch.Tensor  # (B, T) long: the task's per-position labels; its metrics slice by them
+    labels: torch.Tensor  # (B, T) long: the task's per-position labels; its metrics slice by them; PAD_LABEL = padding
     query: torch.Tensor | None = None  # (B,): set when exactly one position per sequence is scored, its index;
     # models then run their last layer and unembedding there only
     info: dict[str, torch.Tensor] = field(default_factory=dict)  # per-sequence facts, (B,) each (trigger copy: l1, l2)
@@ -31,6 +34,16 @@ class Batch:
         move = lambda t: None if t is None else t.to(device)
         return Batch(move(self.tokens), move(self.targets), move(self.loss_mask), move(self.labels), move(self.query),
                      {k: move(v) for k, v in self.info.items()})
+
+    def padded(self, width: int) -> "Batch":
+        """The same sequences right-padded to `width` positions (token 0, label PAD_LABEL, not scored), so batches
+        of members of one shape stack."""
+        extra = width - self.tokens.shape[1]
+        if extra < 0:
+            raise ValueError(f"cannot pad to {width} positions a batch of {self.tokens.shape[1]}")
+        pad = lambda t, value: torch.nn.functional.pad(t, (0, extra), value=value)
+        return Batch(pad(self.tokens, 0), pad(self.targets, 0), pad(self.loss_mask, False), pad(self.labels, PAD_LABEL),
+                     self.query, self.info)
 
     def scored_targets(self) -> torch.Tensor:
         """(M,) the targets the loss reads, in the order of the model's scored logits (see train.scored)."""

@@ -10,16 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
-from trainables.tasks import Batch
+from trainables.tasks import PAD_LABEL, Batch
 from trainables.tasks.lengths import LengthsConfig, distribution
 
 SPLITS = ("train", "displaced", "all_pairs")
 OOD_SPLITS = ("displaced", "all_pairs")
 
 # Per-position labels, as in transformer-birth: metrics slice by them.
-PAD, FILLER, TRIGGER, OUTPUT, QUERY = -1, 0, 1, 2, 3
+PAD, FILLER, TRIGGER, OUTPUT, QUERY = PAD_LABEL, 0, 1, 2, 3
 
 
 @dataclass
@@ -91,12 +90,8 @@ def _fill(cfg: TriggerCopyConfig, l1: torch.Tensor, l2: torch.Tensor, generator:
     padding = position > query[:, None]
     tokens[padding] = 0
     labels[padding] = PAD
-    if pad_to is not None:  # padded after the draws, so a padded batch holds the same sequences
-        if pad_to < width:
-            raise ValueError(f"pad_to={pad_to} is shorter than the longest sequence ({width} positions)")
-        tokens = F.pad(tokens, (0, pad_to - width))
-        labels = F.pad(labels, (0, pad_to - width), value=PAD)
     targets = torch.zeros_like(tokens)  # (B, T_max): only the query is scored, and it must predict the output o
     targets[rows, query] = output
-    return Batch(tokens=tokens, targets=targets, loss_mask=labels == QUERY, labels=labels, query=query,
-                 info={"l1": l1, "l2": l2})
+    batch = Batch(tokens=tokens, targets=targets, loss_mask=labels == QUERY, labels=labels, query=query,
+                  info={"l1": l1, "l2": l2})
+    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences

@@ -20,7 +20,8 @@ from trainables import config
 from trainables.models import one_step
 from trainables.models.one_step import OneHotOneStepModel
 from trainables.tasks.trigger_copy.data import sample
-from trainables.train import init_state, step, train
+from trainables.population import Stack
+from trainables.train import init_state, train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -86,13 +87,14 @@ def bench_query_path(steps: int = 60) -> None:
     def run(query_only: bool) -> float:
         state, _, _ = init_state(cfg)
         batches = [sample(cfg.task, 64, state.generator) for _ in range(steps)]
-        if not query_only:
-            full = state.model.run_with_cache
+        if not query_only:  # the step calls forward(tokens, query): make it compute every position
+            full = state.model.forward
             rows = torch.arange(64)
-            state.model.run_with_cache = lambda tokens, query=None: (full(tokens)[0][rows, query], {})
+            state.model.forward = lambda tokens, query=None: full(tokens)[rows, query]
+        stack = Stack([state])
         start = time.perf_counter()
         for batch in batches:
-            step(state, batch)
+            stack.step({0: batch})
         return steps / (time.perf_counter() - start)
 
     run(True), run(False)  # warm-up

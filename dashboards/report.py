@@ -86,7 +86,10 @@ def _results(out: Path, kind: str, trials: list[Path]) -> pd.DataFrame:
     """One row per trial: results.csv / trials.csv when there, else each trial's result.json."""
     for table in ("results.csv", "trials.csv"):
         if kind != "train" and (out / table).exists():
-            return pd.read_csv(out / table)
+            try:
+                return pd.read_csv(out / table)
+            except pd.errors.EmptyDataError:  # a search stopped before any trial ended
+                return pd.DataFrame()
     rows = [{"trial": trial.name} | read_json(trial / "result.json") for trial in trials
             if (trial / "result.json").exists()]
     return pd.DataFrame(rows)

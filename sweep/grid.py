@@ -13,6 +13,7 @@ from dashboards import report
 from sweep import space, tuner
 from trainables import config
 from trainables.io import atomic_write, claim_out, read_json
+from trainables.tasks import task_of
 
 FIRST_COLUMNS = ["trial", "status", "error", "seconds"]
 
@@ -29,15 +30,24 @@ def run(config_path: str, overrides: list[str], out: Path, address: str | None) 
     (out / "config.yaml").write_text(resolved)
     errors = {}
     try:
-        errors = tuner.run(base, sweep, points, out)
+        errors = tuner.run(base, sweep, points, out, summary=lambda: _generalized(out))
     finally:  # even when interrupted: what finished is in results.csv and the report
         frame = collect(tuner.members(points, out), errors)
         atomic_write(out / "results.csv", frame.to_csv(index=False))
         report.build(out)
+    keys = [axis.key for axis in sweep.axes] + ["seed"]
+    shown = keys + [c for c in (*task_of(base).headline, "status") if c in frame.columns]
+    print(frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False))
     counts = frame["status"].value_counts().to_dict()
     print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())
           + f"  [{out / 'results.csv'}, {out / 'report.html'}]")
     return 1 if set(counts) & {"error", "unfinished"} else 0
+
+
+def _generalized(out: Path) -> str:
+    """For the progress view: how many finished trials generalize OOD so far (their ood/success)."""
+    results = [read_json(path) for path in (out / "trials").glob("*/result.json")]
+    return f"{sum(r.get('ood/success') == 1.0 for r in results)} generalize OOD" if results else ""
 
 
 def collect(members: list[dict], errors: dict[str, str]) -> pd.DataFrame:

@@ -1,22 +1,27 @@
-"""Ray Tune wiring for grids and searches: cluster, resources, failure handling, restore, progress.
+"""Ray Tune wiring for grids and searches: cluster, resources, packing, failure handling, restore, progress.
 
 Ray starts in-process on this machine unless an address is given (`--address`, or RAY_ADDRESS as set by
-`ray job submit`). Each point is one Tune trial of trainables.trainable.run_trial.
+`ray job submit`). Points become members of Tune trials of trainables.trainable.run_trial, several of one shape per
+trial (`pack`). A grid is one Tune run over a fixed plan (resumable); a search is one Tune run whose search algorithm
+asks the search's rounds for what to train next.
 """
 from __future__ import annotations
 
 import math
 import os
+import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import ray
 from ray import tune
+from ray.tune.search import Searcher
 
+from sweep.progress import ProgressView
 from sweep.space import point_id, trial_dir
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.population import pack_key
-from trainables.tasks import task_of
 from trainables.trainable import run_trial
 
 EXPERIMENT = "grid"
@@ -83,53 +88,118 @@ def members_per_trial(section, n_members: int) -> int:
     return max(1, min(MAX_AUTO_PACK, math.ceil(n_members / (TRIALS_PER_SLOT * slots))))
 
 
-def run(base: config.Config, section, points: list[dict], out: Path, experiment: str = EXPERIMENT,
-        restore: bool = True, job_type: str = "grid") -> dict[str, str]:
-    """Train every point (resuming the experiment if `restore` and it exists); Ray must be connected. Returns the
-    error of every point whose trial failed for good, by point id.
+def run(base: config.Config, section, points: list[dict], out: Path, summary: Callable[[], str] = lambda: "",
+        job_type: str = "grid") -> dict[str, str]:
+    """Train every point in one Tune run, resuming the experiment out/ray/grid if there is one; Ray must be
+    connected. Returns the error of every point whose trial failed for good, by point id.
 
     section: the grid's or the search's (resources, pack, max_concurrent, max_failures). Members whose result.json
     exists are reported, not re-run, whatever Tune's own state says.
     """
-    base_dict = config.to_dict(base)
-    if section.resources.gpu > 0:
-        base_dict["device"] = "cuda"
+    base_dict = _base_dict(base, section)
     everyone = members(points, out, job_type)
     # The base config and the plan travel once through the object store; a trial's own config is just its id, which
-    # keeps Tune's table and trial directories readable.
+    # keeps Tune's trial directories readable.
     trials = plan(base_dict, everyone, members_per_trial(section, len(everyone)))
-    trainable = tune.with_resources(tune.with_parameters(run_trial, base=base_dict, plan=trials),
-                                    {"cpu": section.resources.cpu, "gpu": section.resources.gpu})
-    experiment = (out / "ray" / experiment).resolve()
+    trainable = _trainable(base_dict, section, trials)
+    experiment = (out / "ray" / EXPERIMENT).resolve()
     param_space = {"trial": tune.grid_search(list(trials))}
-    if restore and tune.Tuner.can_restore(str(experiment)):
+    view = ProgressView(base.name, out, len(everyone), summary)
+    if tune.Tuner.can_restore(str(experiment)):
         # Finished trials are kept; unfinished and errored ones continue from their last checkpoint. The param
         # space is given again: a driver killed before Tune generated every trial left variants still to generate.
         tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True,
                                    param_space=param_space)
     else:
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space,
-            tune_config=tune.TuneConfig(
-                reuse_actors=True,  # ~15x the throughput of a fresh worker per small trial
-                max_concurrent_trials=section.max_concurrent or None,
-                trial_name_creator=_trial_name,
-                trial_dirname_creator=_trial_name,
-            ),
-            run_config=tune.RunConfig(
-                name=experiment.name,
-                storage_path=str(experiment.parent),
-                failure_config=tune.FailureConfig(max_failures=section.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                progress_reporter=tune.CLIReporter(metric_columns=task_of(base).short_names | {"step": "step"},
-                                                   parameter_columns=[],
-                                                   max_report_frequency=10),
-                verbose=1,  # the progress table only, not every trial's config and result
-            ),
-        )
+        tuner = tune.Tuner(trainable, param_space=param_space, tune_config=_tune_config(section),
+                           run_config=_run_config(section, experiment, view))
     failed = _errors(tuner.fit())
     return {point_id(m["point"]): failed[trial] for trial, chunk in trials.items() if trial in failed for m in chunk}
+
+
+def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: Path,
+               summary: Callable[[], str] = lambda: "", job_type: str = "search") -> None:
+    """Train what `rounds` yields, round after round, in one Tune run: each round's points become trials (packed as
+    run() packs them), and the generator is resumed (to tell, then ask the next round) only once all of them ended.
+    A new experiment every time: a resumed search rebuilds its rounds from its studies and result files."""
+    base_dict = _base_dict(base, section)
+    pack = lambda points: plan(base_dict, members(points, out, job_type),
+                               members_per_trial(section, len(points)))
+    experiment = (out / "ray" / f"search-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    tune_config = _tune_config(section)
+    tune_config.search_alg, tune_config.num_samples = _Rounds(rounds, pack), -1  # -1: until the rounds are over
+    view = ProgressView(base.name, out, None, summary)
+    tune.Tuner(_trainable(base_dict, section, {}), tune_config=tune_config,
+               run_config=_run_config(section, experiment, view)).fit()
+
+
+class _Rounds(Searcher):
+    """Tune's search algorithm over a generator of rounds: it hands Tune the trials of the current round, and when
+    all of them have ended resumes the generator, which tells their results and yields the next round's points."""
+
+    def __init__(self, rounds: Iterator[list[dict]], pack: Callable[[list[dict]], dict[str, list[dict]]]):
+        super().__init__()
+        self.rounds, self.pack = rounds, pack
+        self.queue: list[tuple[str, list[dict]]] = []
+        self.running: set[str] = set()
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        if not self.queue and not self.running:
+            points = next(self.rounds, None)
+            if points is None:
+                return Searcher.FINISHED
+            self.queue = list(self.pack(points).items())
+        if not self.queue:
+            return None  # the round's last trials are still running
+        trial, chunk = self.queue.pop(0)
+        self.running.add(trial_id)
+        return {"trial": trial, "members": chunk}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self.running.discard(trial_id)
+
+    def __getstate__(self) -> dict:
+        """Tune pickles its config (tuner.pkl); a search is never restored through Tune (a re-run rebuilds its rounds
+        from its studies and result files), so the live generator stays behind."""
+        return {}
+
+    def save(self, checkpoint_path: str) -> None:  # nothing to save: see __getstate__
+        pass
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+
+def _base_dict(base: config.Config, section) -> dict:
+    base_dict = config.to_dict(base)
+    if section.resources.gpu > 0:
+        base_dict["device"] = "cuda"
+    return base_dict
+
+
+def _trainable(base_dict: dict, section, trials: dict[str, list[dict]]):
+    return tune.with_resources(tune.with_parameters(run_trial, base=base_dict, plan=trials),
+                               {"cpu": section.resources.cpu, "gpu": section.resources.gpu})
+
+
+def _tune_config(section) -> tune.TuneConfig:
+    return tune.TuneConfig(
+        reuse_actors=True,  # ~15x the throughput of a fresh worker per small trial
+        max_concurrent_trials=section.max_concurrent or None,
+        trial_name_creator=_trial_name,
+        trial_dirname_creator=_trial_name,
+    )
+
+
+def _run_config(section, experiment: Path, view: ProgressView) -> tune.RunConfig:
+    return tune.RunConfig(
+        name=experiment.name,
+        storage_path=str(experiment.parent),
+        failure_config=tune.FailureConfig(max_failures=section.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        progress_reporter=view,
+        verbose=1,  # the progress view only, not every trial's config and result
+    )
 
 
 def _errors(grid: tune.ResultGrid) -> dict[str, str]:

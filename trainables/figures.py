@@ -57,6 +57,33 @@ def rgb(fig: Figure) -> np.ndarray:
     return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
+# --- images without matplotlib (W&B media: a trial's heatmaps at a small fraction of its compute) --------------------
+
+IMAGE_CELL = 8  # pixels per matrix cell in heatmap images
+BLANK_RGB = (255, 255, 255)
+
+
+def heatmap_image(values: np.ndarray, vmin: float, vmax: float, cmap: str = "viridis",
+                  marks: list[tuple[np.ndarray, np.ndarray, tuple[int, int, int]]] = (), cell: int = IMAGE_CELL,
+                  flip: bool = False) -> np.ndarray:
+    """A matrix as a (rows * cell, cols * cell, 3) uint8 image: each cell a square of its colour on `cmap` over
+    [vmin, vmax], NaN cells white; marks (rows, cols, RGB) as a square dot in the middle of those cells; `flip` puts
+    row 0 at the bottom. No figure is drawn: a colour lookup and numpy repeats, well under a millisecond here."""
+    from matplotlib import colormaps  # the colour table only; nothing is drawn
+
+    values = np.asarray(values, dtype=float)
+    table = (colormaps[cmap](np.linspace(0.0, 1.0, 256))[:, :3] * 255).astype(np.uint8)  # (256, 3)
+    scaled = np.clip((np.nan_to_num(values) - vmin) / max(vmax - vmin, 1e-12), 0.0, 1.0)
+    rgb = table[(scaled * 255).astype(int)]  # (rows, cols, 3)
+    rgb[~np.isfinite(values)] = BLANK_RGB
+    image = rgb.repeat(cell, axis=0).repeat(cell, axis=1)
+    inner = slice(cell // 3, cell - cell // 3)  # a mark fills the middle third of its cell
+    for rows, cols, colour in marks:
+        for row, col in zip(np.asarray(rows, dtype=int), np.asarray(cols, dtype=int)):
+            image[row * cell:(row + 1) * cell, col * cell:(col + 1) * cell][inner, inner] = colour
+    return image[::-1] if flip else image
+
+
 # --- a trial's arrays -----------------------------------------------------------------------------------------------
 
 def attention_rows(attention: np.ndarray, ends: np.ndarray, row_labels: list[str], marks: list[tuple], title: str) -> Figure:

@@ -151,9 +151,9 @@ def trial_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", grou
 class WandbSink:
     """Mirrors one trial to one W&B run: every evaluation as history, media figures, an npz artifact, the summary.
 
-    The run lives in <trial dir>/wandb (WANDB_DIR, absolute). Images are drawn by the task's and the model's figures
-    (trainables.readouts.trial_figures; W&B renders bare
-    float arrays black) and handed over as uint8 RGB. The diversity measures (`data/*`, constant in a trial) are
+    The run lives in <trial dir>/wandb (WANDB_DIR, absolute). Images are the task's and the model's heatmaps
+    (trainables.readouts.trial_images: numpy, no figure drawn, a small fraction of a trial) as uint8 RGB (W&B renders
+    bare float arrays black); the report draws the same arrays as full figures. The diversity measures (`data/*`, constant in a trial) are
     also put in the run's config, so runs can be grouped and filtered by diversity. At close, the arrays of the last
     media call (the final readout) become an artifact `attention-<run id>` holding attention.npz.
     """
@@ -186,11 +186,10 @@ class WandbSink:
         self.run.log(dict(metrics), step=step)
 
     def log_media(self, arrays: dict[str, np.ndarray], step: int) -> None:
-        from trainables import figures, readouts  # matplotlib is imported only when a trial logs media
+        from trainables import readouts
 
-        images = {}
-        for key, figure in readouts.trial_figures(self.cfg, arrays).items():
-            images[key] = self.wandb.Image(figures.rgb(figure), caption=f"{key} at step {step}")
+        images = {key: self.wandb.Image(image, caption=f"{caption} (step {step})")
+                  for key, (image, caption) in readouts.trial_images(self.cfg, arrays).items()}
         self.arrays = arrays
         # W&B drops records at a step below the last one; a diverged run's readout belongs to an earlier step.
         self.step = max(self.step, step)

@@ -37,7 +37,15 @@ def final(cfg, model: torch.nn.Module, ood: Batch, generator: torch.Generator) -
 
 
 def trial_figures(cfg, arrays: dict[str, np.ndarray]) -> dict:
-    """W&B media key -> Figure: the task's figures of the arrays, then the model's. cfg: a Config or a plain dict
-    (an output directory's config.yaml)."""
-    model_name = cfg["model"]["name"] if isinstance(cfg, dict) else cfg.model.name
-    return task_of(cfg).figures(arrays) | MODELS[model_name].figures(arrays)
+    """Media key -> Figure: the task's figures of the arrays, then the model's (the report's attention gallery).
+    cfg: a Config or a plain dict (an output directory's config.yaml)."""
+    return task_of(cfg).figures(arrays) | _model(cfg).figures(arrays)
+
+
+def trial_images(cfg, arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+    """Media key -> (uint8 image, caption): the same arrays as plain heatmaps, the task's then the model's (W&B)."""
+    return task_of(cfg).images(arrays) | _model(cfg).images(arrays)
+
+
+def _model(cfg):
+    return MODELS[cfg["model"]["name"] if isinstance(cfg, dict) else cfg.model.name]

@@ -60,9 +60,10 @@ class MemberSink:
 
 
 def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
-    """params = {"trial": id}; plan[id] = [{"point": {dotted key: value}, "dir": absolute path, ...}, ...] (the
-    members); base: the config dict every point is applied to."""
-    members = plan[params["trial"]]
+    """params = {"trial": id} with plan[id] its members, or {"trial": id, "members": [...]} (a search's trials,
+    decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path, "job_type": verb}; base:
+    the config dict every point is applied to."""
+    members = params.get("members") or plan[params["trial"]]
     saved = _last_checkpoint()
     reporter = Reporter()
     groups: dict[tuple, list[int]] = {}

@@ -1,5 +1,6 @@
 """The search's rounds: every unfinished study asks its candidates, Ray Tune trains each (slice, candidate, seed)
-as one trial of the grid's trainable, and the results are told back to Optuna (studies.py opens the studies).
+as a member of the grid's trainable, and the results are told back to Optuna (studies.py opens the studies). The
+rounds are a generator that one long Tune run drives (tuner.run_rounds), so no round pays Tune's start-up.
 
 A driver killed at any point loses nothing: finished Tune trials keep their result.json and are never re-run;
 Optuna trials left RUNNING were marked FAIL (and zombie) by open_study and their candidates are asked again.
@@ -8,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from pathlib import Path
+from typing import Iterator
 
 import optuna
 from optuna.trial import TrialState
@@ -53,7 +54,18 @@ def reference_points(all_slices: list[Slice], search: SearchConfig) -> list[dict
 
 def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], studies: dict[str, optuna.Study],
         out: Path, extend: int) -> None:
-    """Rounds of ask -> train on Ray Tune -> tell until every study is done or out of budget.
+    """Rounds of ask -> train -> tell until every study is done or out of budget, all in one Ray Tune run."""
+    progress = {}
+    summary = lambda: (f"round {progress['round']}, {progress['answered']}/{len(all_slices)} slices finished"
+                       if progress else "")
+    tuner.run_rounds(base, search, rounds(base, search, all_slices, studies, out, extend, progress), out, summary)
+
+
+def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], studies: dict[str, optuna.Study],
+           out: Path, extend: int, progress: dict | None = None) -> Iterator[list[dict]]:
+    """The search's rounds as a generator: each round, every study that wants more asks its candidates; the points
+    to train (one per candidate and seed) are yielded; once they are trained, the generator is resumed and tells
+    the results to Optuna. `progress` (if given) is kept up to date: the round and the studies that need no more.
 
     extend adds that many completed trials to each slice's budget (and to the total), beyond what is done already;
     a converged threshold or grid study has nothing left to ask, so extending it changes nothing. The reference
@@ -97,10 +109,13 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
         if not batch and not references:
             if catching_up:
                 continue
+            if progress is not None:
+                progress |= {"round": round_index, "answered": len(all_slices)}
             return
-        points = [p for *_, pts in batch for p in pts] + references
-        tuner.run(base, search, points, out, experiment=f"search-{time.strftime('%Y%m%d-%H%M%S')}-r{round_index}",
-                  restore=False, job_type="search")
+        if progress is not None:
+            progress |= {"round": round_index, "answered": sum(not wants_more(studies[sl.study_name], search,
+                                                                             budgets[sl.study_name]) for sl in all_slices)}
+        yield [p for *_, pts in batch for p in pts] + references
         for study, trial, pts in batch:
             tell(study, trial, pts, search, out)
 

@@ -1,6 +1,6 @@
-"""The unit tests' fake Ray Tune executor (real Optuna storage, no Ray): tuner.run replaced by a function that
-writes each point's result.json at once, with the config's real data/* measures and an ood/acc given by a rule.
-The real Ray path is tested in tests/integration/."""
+"""The unit tests' fake Ray Tune executor (real Optuna storage, no Ray): tuner.run_rounds replaced by a loop over the
+search's rounds that writes each point's result.json at once, with the config's real data/* measures and an ood/acc
+given by a rule. The real Ray path is tested in tests/integration/."""
 import pytest
 
 from sweep import space, tuner
@@ -16,15 +16,16 @@ def fake_executor(monkeypatch, accuracy) -> list[list[dict]]:
     """Install the fake; accuracy(point, data metrics) -> ood/acc. Returns the list of every call's points."""
     calls = []
 
-    def run(base, search, points, out, experiment, restore, job_type):
-        calls.append(points)
-        for point in points:
-            cfg = config.with_point(config.to_dict(base), point)
-            metrics = task_of(cfg).diversity(cfg.task)
-            write_json(space.trial_dir(out, point) / "result.json",
-                       metrics | {"ood/acc": accuracy(point, metrics), "status": "completed"})
+    def run_rounds(base, search, rounds, out, summary=None, job_type="search"):
+        for points in rounds:  # the generator tells each round's results when it is resumed for the next
+            calls.append(points)
+            for point in points:
+                cfg = config.with_point(config.to_dict(base), point)
+                metrics = task_of(cfg).diversity(cfg.task)
+                write_json(space.trial_dir(out, point) / "result.json",
+                           metrics | {"ood/acc": accuracy(point, metrics), "status": "completed"})
 
-    monkeypatch.setattr(tuner, "run", run)
+    monkeypatch.setattr(tuner, "run_rounds", run_rounds)
     return calls
 
 

@@ -140,3 +140,31 @@ def test_gallery_escapes_captions():
     html = gallery([(png, "<script>alert(1)</script>")], heading="a & b")
     assert "<script>" not in html and "&lt;script&gt;" in html and "<h3>a &amp; b</h3>" in html
     assert html.count("data:image/png;base64,") == 1
+
+
+def test_wandb_images_are_the_figures_as_uint8_heatmaps_with_captions():
+    for arrays, model in ((transformer_arrays(), "transformer"), (one_step_arrays(), "one_step")):
+        cfg = {"task": {"name": "trigger_copy"}, "model": {"name": model}}
+        images = readouts.trial_images(cfg, arrays)
+        assert list(images) == list(readouts.trial_figures(cfg, arrays))  # the same media keys
+        for key, (image, caption) in images.items():
+            assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3 and caption, key
+    query = readouts.trial_images({"task": {"name": "trigger_copy"}, "model": {"name": "transformer"}},
+                                  transformer_arrays())["attention/query_L1H0"][0]
+    cell = figures.IMAGE_CELL
+    assert query.shape == (K * cell, int((L1 + L2).max() + 3) * cell, 3)
+    middle = lambda row, col: query[row * cell + cell // 2, col * cell + cell // 2]
+    assert tuple(middle(0, L1[0])) == trigger_copy_figures.MARK_RGB["first trigger"]
+    assert tuple(middle(1, L1[1] + 1)) == trigger_copy_figures.MARK_RGB["output"]
+    assert tuple(middle(2, 8)) == figures.BLANK_RGB  # example 2 ends at its query, position 7: the rest is blank
+
+
+def test_heatmap_image_colours_cells_blanks_nan_marks_and_flips():
+    image = figures.heatmap_image(np.array([[0.0, 1.0], [np.nan, 0.5]]), 0.0, 1.0, "viridis",
+                                  marks=[([0], [1], (255, 0, 0))], cell=6)
+    assert image.shape == (12, 12, 3)
+    assert tuple(image[8, 2]) == figures.BLANK_RGB  # the NaN cell
+    assert tuple(image[3, 9]) == (255, 0, 0) and tuple(image[0, 6]) != (255, 0, 0)  # the mark fills the middle only
+    assert tuple(image[0, 0]) != tuple(image[0, 6]) != tuple(image[6, 6])  # 0, 1 and 0.5 get different colours
+    assert np.array_equal(figures.heatmap_image(np.eye(2), 0, 1, flip=True, cell=1),
+                          figures.heatmap_image(np.eye(2), 0, 1, cell=1)[::-1])

@@ -32,7 +32,11 @@ class ModelSpec:
         return [Phase(optim.build(model.parameters()), optim.max_steps, optim.batch_size)]
 
     def figures(self, arrays: dict) -> dict:
-        """W&B media key -> Figure of the model's weights saved in attention.npz."""
+        """Media key -> Figure of the model's weights saved in attention.npz (the report)."""
+        return {}
+
+    def images(self, arrays: dict) -> dict:
+        """Media key -> (uint8 image, caption) of the same weights, without matplotlib (W&B)."""
         return {}
 
 

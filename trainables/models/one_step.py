@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -137,6 +138,20 @@ class OneStepSpec(ModelSpec):
         blocks = [("position", L), ("token", N), ("prev token", N)]
         return {"mech/W_KQ": figures.block_matrix(arrays["W_KQ"], blocks, "One-step W_KQ", "key feature",
                                                   "query feature")}
+
+
+    def images(self, arrays: dict) -> dict:
+        if "W_KQ" not in arrays:
+            return {}
+        from trainables import figures
+
+        W = np.asarray(arrays["W_KQ"], dtype=float)
+        limit = max(float(np.abs(W).max()), 1e-12)  # symmetric: white is zero whatever the signs
+        N = arrays["W_V"].shape[0]
+        L = W.shape[0] - 2 * N
+        return {"mech/W_KQ": (figures.heatmap_image(W, -limit, limit, "RdBu_r", cell=4),
+                              f"W_KQ, rows key features, columns query features: blocks position (0-{L - 1}), token "
+                              f"({L}-{L + N - 1}), previous token ({L + N}-{L + 2 * N - 1}); red > 0 > blue")}
 
 
 SPEC = OneStepSpec()

@@ -149,7 +149,12 @@ class Task:
         return {}, {}
 
     def figures(self, arrays: dict[str, np.ndarray]) -> dict:
-        """W&B media key -> matplotlib Figure of a trial's arrays (attention.npz)."""
+        """Media key -> matplotlib Figure of a trial's arrays (attention.npz), for the report."""
+        return {}
+
+    def images(self, arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+        """Media key -> (uint8 RGB image, caption): the same arrays as plain heatmaps (figures.heatmap_image), for
+        W&B, where a trial's media must cost a small fraction of the trial."""
         return {}
 
     # --- naming -------------------------------------------------------------------------------------------------

@@ -142,6 +142,11 @@ class TriggerCopy(Task):
 
         return all_figures(arrays)
 
+    def images(self, arrays):
+        from trainables.tasks.trigger_copy.figures import all_images
+
+        return all_images(arrays)
+
     def run_name(self, cfg: TriggerCopyConfig) -> str:
         """Training lengths and trigger count, e.g. l3-15_t4."""
         lengths = cfg.lengths

@@ -62,3 +62,46 @@ def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
     if "acc_by_pair" in arrays:
         out["ood/acc_by_pair"] = accuracy_by_pair(arrays["acc_by_pair"])
     return out
+
+
+# --- the same arrays as plain images (W&B media): numpy only, no figure drawn ----------------------------------------
+
+MARK_RGB = {"first trigger": (46, 196, 255), "output": (124, 252, 0), "shortcut": (255, 79, 216)}
+QUERY_CAPTION = ("rows: OOD examples, columns: key positions up to the query; dots: blue first trigger, green output "
+                 "token (the induction head's target), pink shortcut position")
+
+
+def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+    """W&B media key -> (uint8 image, caption): the keys of all_figures, as heatmaps without axes."""
+    out = {}
+    if "query_attention" in arrays:
+        l1, l2 = np.asarray(arrays["l1"]), np.asarray(arrays["l2"])
+        query = l1 + l2 + 2
+        rows = np.arange(len(l1))
+        even = (l1 + l2) % 2 == 0
+        marks = [(rows, l1, MARK_RGB["first trigger"]), (rows, l1 + 1, MARK_RGB["output"]),
+                 (rows[even], ((l1 + l2) // 2 + 1)[even], MARK_RGB["shortcut"])]
+        _, n_layers, n_heads, T = arrays["query_attention"].shape  # (k, n_layers, H, T)
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                attention = np.asarray(arrays["query_attention"][:, layer, head], dtype=float)
+                attention = np.where(np.arange(T)[None, :] > query[:, None], np.nan, attention)  # padding blank
+                image = figures.heatmap_image(attention, 0.0, max(float(np.nanmax(attention)), 1e-6), "magma", marks)
+                out[f"attention/query_L{layer}H{head}"] = (image, QUERY_CAPTION)
+    if "patterns" in arrays:
+        _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
+        end = int(arrays["l1"][0] + arrays["l2"][0] + 3)
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                pattern = arrays["patterns"][0, layer, head, :end, :end]
+                out[f"attention/pattern_L{layer}H{head}"] = (
+                    figures.heatmap_image(pattern, 0.0, 1.0, "magma"),
+                    f"query rows x key columns of the first example (l1={arrays['l1'][0]}, l2={arrays['l2'][0]})")
+    if "acc_by_pair" in arrays:
+        acc = np.asarray(arrays["acc_by_pair"], dtype=float)
+        finite = np.isfinite(acc)
+        top = int(max(np.nonzero(finite.any(1))[0].max(initial=1), np.nonzero(finite.any(0))[0].max(initial=1))) + 1
+        out["ood/acc_by_pair"] = (figures.heatmap_image(acc[1:top, 1:top].T, 0.0, 1.0, flip=True),
+                                  f"OOD accuracy by (l1 across, l2 up), from 1; mean {np.nanmean(acc):.3f}; training "
+                                  "lengths lie on the diagonal")
+    return out

@@ -1,0 +1,75 @@
+"""One compact live view of a grid or search instead of Ray Tune's repeated status tables.
+
+    quickstart  34/56 trained  2 running  0 failed  1.8/s  ETA 0:12  slices answered 5/8
+
+On a terminal the line is rewritten in place; elsewhere (CI logs, `ray job logs`) a line is printed every
+LOG_INTERVAL_S seconds and when the sweep ends. Members are counted from their result.json files under out/trials,
+so packed trials, resumed sweeps and crashed workers all count what is really finished.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from ray.tune import ProgressReporter
+
+TTY_INTERVAL_S = 0.5  # refresh of the in-place line on a terminal
+LOG_INTERVAL_S = 10.0  # one line this often when the output is a log file
+
+
+class ProgressView(ProgressReporter):
+    """title: the sweep's name; total: members to train (None for a search, which decides as it goes);
+    summary: what the sweep has found so far, one short phrase."""
+
+    def __init__(self, title: str, out: Path, total: int | None, summary: Callable[[], str] = lambda: ""):
+        self.title, self.trials_dir, self.total, self.summary = title, Path(out).resolve() / "trials", total, summary
+        self.setup()
+
+    def setup(self, *args, **kwargs) -> None:
+        """Tune calls this when the run starts (also after a restore): the rate counts from here."""
+        self.started, self.last = time.monotonic(), 0.0
+        self.done_at_start = self.count_done()
+
+    def __getstate__(self) -> dict:
+        """Tune pickles its run config (tuner.pkl); the summary is a closure over live objects and stays behind."""
+        return {k: v for k, v in vars(self).items() if k != "summary"} | {"summary": _nothing}
+
+    def count_done(self) -> int:
+        return sum(1 for _ in self.trials_dir.glob("*/result.json")) if self.trials_dir.exists() else 0
+
+    def should_report(self, trials, done: bool = False) -> bool:
+        interval = TTY_INTERVAL_S if sys.stdout.isatty() else LOG_INTERVAL_S
+        return done or time.monotonic() - self.last >= interval
+
+    def report(self, trials, done: bool, *sys_info: str) -> None:
+        self.last = time.monotonic()
+        line = self.line([t.status for t in trials])
+        if sys.stdout.isatty():
+            sys.stdout.write("\r\x1b[2K" + line + ("\n" if done else ""))
+        else:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    def line(self, statuses: list[str]) -> str:
+        """The view's text, from the Tune trials' statuses and the result files."""
+        done = self.count_done()
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = (done - self.done_at_start) / elapsed
+        parts = [self.title, f"{done}/{self.total} trained" if self.total else f"{done} trained",
+                 f"{statuses.count('RUNNING')} running", f"{statuses.count('ERROR')} failed", f"{rate:.1f}/s"]
+        if self.total and rate > 0 and done < self.total:
+            parts.append(f"ETA {_clock((self.total - done) / rate)}")
+        parts.append(self.summary())
+        return "  ".join(p for p in parts if p)
+
+
+def _nothing() -> str:
+    return ""
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

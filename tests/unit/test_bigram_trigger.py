@@ -165,7 +165,8 @@ def test_recall_metrics_read_label_2_and_up_by_half():
     logits = torch.nn.functional.one_hot(predicted, 4).float() * 10
     result = metrics.recall_metrics(logits, batch)
     assert result["head/acc"] == 0.5 and result["head/acc_early"] == 0.5 and result["head/acc_late"] == 0.5
-    assert torch.equal(metrics.accuracy_by_position(logits, batch).isnan(), torch.tensor([1, 0, 1, 0, 1, 0, 0, 1]).bool())
+    no_recall = torch.tensor([1, 0, 1, 0, 1, 0, 0, 1]).bool()
+    assert torch.equal(metrics.accuracy_by_position(logits, batch).isnan(), no_recall)
 
 
 def test_bigram_excess_is_the_loss_over_the_rows_entropies_by_hand():
@@ -240,8 +241,8 @@ def test_the_threshold_search_finds_the_smallest_number_of_training_outputs(tmp_
     tests/unit/conftest.py (which writes ood/acc: the success metric is pointed at it)."""
     needed = 29
     calls = fake_executor(monkeypatch, lambda point, m: 1.0 if m["data/n_train_outputs"] >= needed else 0.0)
-    base, search = load_search(CONFIGS / "bigram_output_diversity_search.yaml",
-                               ["search.success.metric=ood/acc", "search.success.seeds=[0]", "search.success.min_seeds=1"])
+    overrides = ["search.success.metric=ood/acc", "search.success.seeds=[0]", "search.success.min_seeds=1"]
+    base, search = load_search(CONFIGS / "bigram_output_diversity_search.yaml", overrides)
     all_slices = search_studies.slices(base, search, base.name)
     storage = search_studies.storage_for(None, tmp_path)
     studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}

@@ -142,7 +142,7 @@ def draw_chain(bigram: Bigram, triggers: torch.Tensor, outputs: torch.Tensor, le
         hit = output >= 0
         counts[rows, current] += hit.long()
         labels[:, t] = torch.where(hit, counts[rows, current], 0)
-        z[:, t + 1] = torch.where(hit, output, drawn.clamp(max=V - 1))
+        z[:, t + 1] = torch.where(hit, output, drawn)
     return z, labels
 
 
@@ -152,5 +152,5 @@ def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor, banned: torch.Tensor | No
         probs = probs.masked_fill(banned, 0.0)
         probs = torch.where(probs.sum(-1, keepdim=True) > 0, probs, (~banned).double())  # a row left empty: uniform
     cdf = probs.cumsum(-1)
-    cdf = cdf / cdf[:, -1:]
-    return torch.searchsorted(cdf, u[:, None], right=True)[:, 0].clamp(max=probs.shape[1] - 1)
+    cdf = cdf / cdf[:, -1:]  # the last entry exactly 1; right=True below never lands on a token without mass
+    return torch.searchsorted(cdf, u[:, None], right=True)[:, 0]  # u < 1 = the last entry: always a token

@@ -84,3 +84,19 @@ def test_every_positional_scheme_trains(positional):
     result = train(config.load(CONFIGS / "debug.yaml", overrides))
     assert result.metrics["id/loss"] < 0.5 * torch.log(torch.tensor(12.0)).item()
     assert result.metrics["status"] == "completed" and result.metrics["steps"] == 150
+
+
+def test_random_absolute_positions_are_frozen_and_drawn_from_the_seed():
+    """random_abs (Wang & Sato's APE): a buffer, not a parameter, so no gradient reaches it and no optimizer moves it;
+    the same seed draws the same positions, another seed others; checkpoints carry it."""
+    cfg = TransformerConfig(embedding="learned", positional="random_abs", d_model=24)
+    model = make(cfg, seed=0)
+    assert "W_pos" in dict(model.named_buffers()) and "W_pos" not in dict(model.named_parameters())
+    assert not model.W_pos.requires_grad and "W_pos" in model.state_dict()
+    before = model.W_pos.clone()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randint(N, (2, L))).sum().backward()
+    optimizer.step()
+    assert model.W_pos.grad is None and torch.equal(model.W_pos, before)
+    assert torch.equal(make(cfg, seed=0).W_pos, before) and not torch.equal(make(cfg, seed=1).W_pos, before)
+    assert model.W_pos.norm(dim=1).mean().item() == pytest.approx(1.0, abs=0.2)  # N(0, 1/d): norm ~1 per position

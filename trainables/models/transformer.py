@@ -15,7 +15,7 @@ from torch import nn
 from trainables.errors import require
 from trainables.models import ModelSpec
 
-POSITIONAL = ("onehot_abs", "learned_abs", "relative", "rotary", "none")
+POSITIONAL = ("onehot_abs", "learned_abs", "random_abs", "relative", "rotary", "none")
 EMBEDDINGS = ("onehot", "learned")
 
 
@@ -29,7 +29,7 @@ class TransformerConfig:
     embedding: str = "onehot"  # onehot: x_t = [e_{z_t} ; p_t if onehot_abs ; e_{z_{t-1}} if prev_token] | learned
     d_model: int = 64  # embedding=learned only: the residual width (onehot derives it from N, L and the features)
     d_head: int = 0  # per-head query/key/value width; 0 means d_model // n_heads
-    positional: str = "onehot_abs"  # onehot_abs | learned_abs | relative | rotary | none
+    positional: str = "onehot_abs"  # onehot_abs | learned_abs | random_abs (frozen) | relative | rotary | none
     prev_token: bool = False  # add the previous token as a feature, so one layer can implement an induction head
     tied_kq: bool = True  # one W_KQ per head (score = x_q W_KQ x_k^T, as in the theory) instead of separate W_Q, W_K
     mlp: bool = False  # a 4 d_model ReLU MLP after each attention layer
@@ -127,6 +127,11 @@ class Transformer(nn.Module):
             self.W_E_prev = nn.Parameter(torch.randn(vocab_size, d_model) * cfg.init_std) if cfg.prev_token else None
         if cfg.positional == "learned_abs":
             self.W_pos = nn.Parameter(torch.randn(max_len, d_model) * cfg.init_std)
+        if cfg.positional == "random_abs":
+            # Wang & Sato's APE (after Bietti): fixed Gaussian positions with entries N(0, 1/d_model), so each has
+            # norm ~1 and distinct positions are nearly orthogonal. A buffer: drawn from the seeded initialisation,
+            # saved in checkpoints, never trained.
+            self.register_buffer("W_pos", torch.randn(max_len, d_model) / math.sqrt(d_model))
         self.blocks = nn.ModuleList(Block(cfg, d_model, max_len) for _ in range(cfg.n_layers))
         self.ln_final = nn.LayerNorm(d_model) if cfg.layer_norm else nn.Identity()
         self.W_U = nn.Parameter(torch.randn(d_model, vocab_size) * cfg.init_std)
@@ -146,7 +151,7 @@ class Transformer(nn.Module):
             x = self.W_E[tokens]
             if self.cfg.prev_token:
                 x = x + self.W_E_prev[previous.clamp(min=0)] * (previous >= 0)[..., None]
-        if self.cfg.positional == "learned_abs":
+        if self.cfg.positional in ("learned_abs", "random_abs"):
             x = x + self.W_pos[:T]
         return x
 

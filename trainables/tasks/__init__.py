@@ -168,9 +168,10 @@ class Task:
 
 
 def _registry() -> dict[str, Task]:
+    from trainables.tasks.bigram_trigger import TASK as bigram_trigger
     from trainables.tasks.trigger_copy import TASK as trigger_copy
 
-    return {task.name: task for task in (trigger_copy,)}
+    return {task.name: task for task in (trigger_copy, bigram_trigger)}
 
 
 TASKS: dict[str, Task] = _registry()

@@ -212,7 +212,8 @@ def _curves(trials: list[Path], finished: pd.DataFrame, task: Task) -> list[Sect
     sections = []
     axis = task.diversity_axis
     shown = [m for m in task.headline if not m.startswith("data/") and m in finished.columns]
-    if len(trials) > 1 and axis in finished.columns and shown and len(finished):
+    varies = axis in finished.columns and finished[axis].nunique() > 1  # a constant axis says nothing
+    if len(trials) > 1 and varies and shown:
         x = pd.to_numeric(finished[axis], errors="coerce").to_numpy()
         figure = figures.against(x, {m: pd.to_numeric(finished[m], errors="coerce").to_numpy() for m in shown},
                                  task.diversity_label or axis)
@@ -239,7 +240,7 @@ def _gallery(trials: list[Path], kind: str, cfg: dict | None, task: Task) -> lis
     with_arrays = [t for t in trials if (t / "attention.npz").exists()]
     if not with_arrays:
         return []
-    chosen = with_arrays if kind == "train" else _spread(with_arrays, task.diversity_axis)
+    chosen = with_arrays if kind == "train" else _spread(with_arrays, task)
     parts = []
     for trial in chosen:
         with np.load(trial / "attention.npz") as npz:
@@ -258,12 +259,14 @@ def _gallery(trials: list[Path], kind: str, cfg: dict | None, task: Task) -> lis
     return [Section(title, html=f"<p>{html.escape(task.figure_note)}</p>\n" + "\n".join(parts))]
 
 
-def _spread(trials: list[Path], axis: str) -> list[Path]:
-    """Up to GALLERY_TRIALS trials evenly spread over the diversity measure, most diverse (smallest) first."""
+def _spread(trials: list[Path], task: Task) -> list[Path]:
+    """Up to GALLERY_TRIALS trials evenly spread over the task's diversity measure, the most diverse first."""
+    sign = 1.0 if task.small_is_diverse else -1.0
+
     def measure(trial: Path) -> float:
         records = read_jsonl(trial / "metrics.jsonl")
-        value = records[-1].get(axis) if records else None
-        return value if value is not None else float("inf")
+        value = records[-1].get(task.diversity_axis) if records else None
+        return sign * value if value is not None else float("inf")
 
     ordered = sorted(trials, key=lambda t: (measure(t), t.name))
     if len(ordered) <= GALLERY_TRIALS:

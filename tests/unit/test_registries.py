@@ -5,7 +5,10 @@ import copy
 
 import pytest
 import torch
+import yaml
+from omegaconf import OmegaConf
 
+from tests.conftest import CONFIGS
 from trainables import config
 from trainables.models import MODELS
 from trainables.tasks import TASKS, Batch
@@ -15,12 +18,18 @@ from trainables.train import checkpoint, evaluate, init_state, restore
 SMALL = {"transformer": ["model.n_layers=2"], "one_step": ["model.n_samples_V=64", "model.n_samples_KQ=64"]}
 
 
+def load(task: str, model: str, *overrides: str) -> config.Config:
+    """The task's section of configs/debug_<task>.yaml (small and fast) when there is one, else its defaults."""
+    debug = CONFIGS / f"debug_{task}.yaml"
+    section = yaml.safe_load(debug.read_text())["task"] if debug.exists() else {"name": task}
+    return config.from_layers([OmegaConf.create({"task": section, "model": {"name": model}}),
+                               OmegaConf.from_dotlist(list(overrides))])
+
+
 def small_config(task: str, model: str) -> config.Config:
-    """The task's defaults with the model, a few evaluation sequences and no W&B (None if they cannot go together)."""
-    overrides = [f"task.name={task}", f"model.name={model}", "eval.n_id=32", "eval.n_ood=32", "logging.wandb=false",
-                 *SMALL.get(model, [])]
+    """The task with the model, a few evaluation sequences and no W&B (None if they cannot go together)."""
     try:
-        return config.load(None, overrides)
+        return load(task, model, "eval.n_id=32", "eval.n_ood=32", "logging.wandb=false", *SMALL.get(model, []))
     except Exception as e:  # a model that cannot run this task says so by key, e.g. model.name
         assert "model.name" in str(e), e
         return None
@@ -32,7 +41,7 @@ PAIRS = [(t, m) for t in TASKS for m in MODELS]
 @pytest.mark.parametrize("name", TASKS)
 def test_every_split_samples_a_consistent_batch_and_pads(name):
     task = TASKS[name]
-    cfg = config.load(None, [f"task.name={name}", "model.name=transformer"]).task
+    cfg = load(name, "transformer").task
     d_vocab, n_ctx = task.dims(cfg)
     for split in {"train", *task.eval_splits(cfg).values()}:
         batch = task.sample(cfg, 16, torch.Generator().manual_seed(0), split)
@@ -53,7 +62,7 @@ def test_every_split_samples_a_consistent_batch_and_pads(name):
 @pytest.mark.parametrize("name", TASKS)
 def test_every_task_declares_what_reports_and_searches_read(name):
     task = TASKS[name]
-    cfg = config.load(None, [f"task.name={name}", "model.name=transformer"]).task
+    cfg = load(name, "transformer").task
     assert task.diversity_axis in task.diversity(cfg) and all(k.startswith("data/") for k in task.diversity(cfg))
     assert set(task.theory(cfg)) <= set(task.diversity(cfg)) | {task.success_metric}
     assert "ood" in task.eval_splits(cfg) and "id" in task.eval_splits(cfg)

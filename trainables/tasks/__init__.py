@@ -84,6 +84,7 @@ class Task:
     success_above: bool = True  # success when the metric is >= the threshold (False: <=, e.g. a loss gap)
     diversity_axis: str = "data/max_sum_ratio"  # the data/* measure reports plot results against
     diversity_label: str = ""  # how that axis reads on a figure, e.g. "R (small = diverse)"
+    small_is_diverse: bool = True  # whether a smaller diversity_axis means more diverse (a ratio: yes; a count: no)
     headline: tuple[str, ...] = ()  # metrics a trial's one-line summary and the reports show first
     table_columns: tuple[str, ...] = ()  # the metrics of the reports' results tables
     curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels

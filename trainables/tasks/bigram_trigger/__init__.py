@@ -36,6 +36,7 @@ class BigramTrigger(Task):
     success_metric = "ood/head_acc"
     diversity_axis = "data/n_train_outputs"
     diversity_label = "training outputs (large = diverse)"
+    small_is_diverse = False
     headline = ("ood/head_acc", "head/acc", "late/acc", "attn/prev_token_early", "attn/prev_token_late",
                 "data/n_train_outputs")
     table_columns = headline + ("lengthgen/acc", "lengthgen/acc_beyond", "attn/induction", "bigram/loss",
@@ -154,6 +155,11 @@ class BigramTrigger(Task):
         from trainables.tasks.bigram_trigger.figures import all_figures
 
         return all_figures(arrays)
+
+    def images(self, arrays):
+        from trainables.tasks.bigram_trigger.figures import all_images
+
+        return all_images(arrays)
 
     def run_name(self, cfg: BigramTriggerConfig) -> str:
         """Bigram, triggers and training outputs, e.g. text_K5sampled_out46_T256."""

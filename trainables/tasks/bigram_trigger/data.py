@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from trainables.tasks import Batch
 from trainables.tasks.bigram_trigger.bigram import Bigram, of
@@ -33,7 +32,6 @@ TRIGGERS = ("fixed", "sampled")
 OUTPUTS = ("uniform", "bigram")
 LOSS_ON = ("all", "recall")
 
-PAD = -1  # label of padding after the sequence
 RECALL = 2  # labels >= RECALL are recallable in context
 OUTPUT_SPLIT_SEED = 0  # the permutation of the vocabulary that decides training and held-out outputs
 PAIR_FREE_SHARE = 4  # late_pairs: the first T // 4 positions hold no trigger (Wang & Sato: no pair in t < 64 of 256)
@@ -85,13 +83,8 @@ def sample(cfg: BigramTriggerConfig, n: int, generator: torch.Generator, split: 
     tokens, targets = z[:, :-1], z[:, 1:]  # (B, T) each
     recall_only = split in ("late_pairs", "long") or cfg.loss_on == "recall"
     loss_mask = labels >= RECALL if recall_only else torch.ones_like(labels, dtype=torch.bool)
-    if pad_to is not None:  # padded after the draws, so a padded batch holds the same sequences
-        if pad_to < length:
-            raise ValueError(f"pad_to={pad_to} is shorter than the sequences ({length} positions)")
-        extra = (0, pad_to - length)
-        tokens, targets, loss_mask = F.pad(tokens, extra), F.pad(targets, extra), F.pad(loss_mask, extra)
-        labels = F.pad(labels, extra, value=PAD)
-    return Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, labels=labels)
+    batch = Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, labels=labels)
+    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
 
 
 def draw_triggers(bigram: Bigram, k: int, how: str, n: int, generator: torch.Generator) -> torch.Tensor:

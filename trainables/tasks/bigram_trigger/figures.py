@@ -68,3 +68,28 @@ def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
             for head in range(n_heads):
                 out[f"attention/pattern_L{layer}H{head}"] = pattern(arrays, layer, head)
     return out
+
+
+def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+    """W&B media key -> (uint8 image, caption): the keys of all_figures as plain heatmaps (no figure drawn)."""
+    out = {}
+    rows = [arrays[key] for key in ("acc_by_position", "prev_token_by_position") if key in arrays]
+    if rows:
+        binned = np.stack([_binned(row)[1] for row in rows])  # (2, bins)
+        marks = []
+        if "train_len" in arrays:  # a dot on each row at the bin of the training length
+            column = int(arrays["train_len"]) // POSITION_BIN
+            marks = [(np.arange(len(rows)), np.full(len(rows), min(column, binned.shape[1] - 1)), (255, 255, 255))]
+        out["lengthgen/by_position"] = (figures.heatmap_image(binned, 0.0, 1.0, marks=marks, cell=12),
+                                        f"by position (bins of {POSITION_BIN}), top row: accuracy where label >= 2, "
+                                        "bottom row: previous-token head peak; white dot: the training length")
+    if "patterns" in arrays:
+        _, n_layers, n_heads, _, T = arrays["patterns"].shape  # (k, n_layers, H, T, T)
+        window = min(PATTERN_WINDOW, T)
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                out[f"attention/pattern_L{layer}H{head}"] = (
+                    figures.heatmap_image(arrays["patterns"][0, layer, head, :window, :window], 0.0, 1.0, "magma",
+                                          cell=4),
+                    f"query rows x key columns, the first {window} positions of an OOD example")
+    return out

@@ -1,0 +1,188 @@
+"""The Markov n-gram in-context learning task (SPEC §5) behind the Task protocol: its generator (data.py), the
+in-context strategies and attention probes (metrics.py), Chen et al.'s chi-square mutual information
+(mutual_info.py), figures (figures.py), and what the sweeps, W&B and the reports need to know about it.
+
+Success is a loss gap to minimise: `ood/gap` = the model's loss minus the Bayes-optimal in-context predictor's, on
+tables never in the training pool, at most eval.threshold (nats).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from trainables.errors import require
+from trainables.models import patterns
+from trainables.tasks import Panel, PanelSection, Task
+from trainables.tasks.markov_ngram import metrics, mutual_info
+from trainables.tasks.markov_ngram.data import (FIRST, LOSS_ON, MAX_TABLE_ENTRIES, MarkovNgramConfig, draw_tables,
+                                                n_contexts, pool, sample)
+
+_BY_POOL = "data/pool_size"  # W&B runs are grouped by pool size: few distinct values, ordered by diversity
+MI_TABLES = 256  # tables the chi-square mutual information averages over (the pool's first ones, or prior draws)
+
+
+class MarkovNgram(Task):
+    name = "markov_ngram"
+    config = MarkovNgramConfig
+    success_metric = "ood/gap"
+    success_above = False  # a loss gap: success when it is at most eval.threshold
+    diversity_axis = "data/inv_pool"
+    diversity_label = "1 / pool size (0 = a fresh table per sequence; small = diverse)"
+    headline = ("ood/gap", "id/gap", "ood/loss", "ood/bayes_loss", "attn/parent_coverage", "data/pool_size")
+    table_columns = headline + ("attn/parent_mass_1", "attn/parent_mass_2", "ood/unigram_loss", "id/loss",
+                                "mi/argmax_is_parents")
+    curve_metrics = ("train/loss", "ood/loss", "ood/unigram_loss", "ood/bayes_loss", "ood/gap")
+    short_names = {"ood/gap": "gap", "id/gap": "id_gap", "attn/parent_coverage": "parents", "data/pool_size": "pool"}
+    figure_note = ("Lag profile: mean attention mass of each first-layer head by offset (query minus key position); "
+                   "shaded offsets are the parents' lags. Chi-square MI: Chen et al.'s standard and modified criteria "
+                   "over lag sets; the starred set is the modified criterion's argmax.")
+    dashboard = (
+        PanelSection("In-context learning on unseen tables",
+                     "A model that learned the in-context algorithm predicts fresh tables as well as the Bayes-optimal "
+                     "in-context predictor (ood/gap near 0); one that memorised a small pool does well on its tables "
+                     "(id/gap) and not on fresh ones.",
+                     (Panel("line", ("ood/gap",), "ood/gap, grouped by pool size", _BY_POOL),
+                      Panel("line", ("id/gap",), "id/gap (pool tables), grouped by pool size", _BY_POOL),
+                      Panel("scatter", ("data/inv_pool", "ood/gap"), "1 / pool size against final ood/gap"),
+                      Panel("scatter", ("id/gap", "ood/gap"), "memorisation: id/gap against ood/gap"))),
+        PanelSection("Edelman's stages",
+                     "The model's OOD loss beside the in-context strategies' (uniform = log S, unigram, bigram, ..., "
+                     "Bayes): a plateau near the unigram strategy's loss before the drop to the Bayes loss.",
+                     (Panel("line", ("ood/loss", "ood/unigram_loss", "ood/bigram_loss", "ood/bayes_loss"),
+                            "OOD loss and the in-context strategies"),
+                      Panel("line", ("ood/stage",), "nearest strategy (0 uniform, k: k-gram, n: Bayes)", _BY_POOL))),
+        PanelSection("Mechanism",
+                     "Where each first-layer head attends (theory: the parents' lags 1 .. n-1) and Chen et al.'s "
+                     "chi-square mutual information of the data model over lag sets.",
+                     (Panel("line", ("attn/parent_coverage",), "share of parent lags that are a head's argmax",
+                            _BY_POOL),
+                      Panel("line", ("attn/parent_mass_1", "attn/parent_mass_2"),
+                            "largest head mass on each parent lag"),
+                      Panel("line", ("attn/lag_L0H0", "attn/lag_L0H1", "attn/lag_L0H2"), "first-layer head lags"),
+                      Panel("media", ("attention/lag_profile",), "attention/lag_profile"),
+                      Panel("media", ("mi/chi2",), "mi/chi2"),
+                      Panel("media", ("attention/pattern_L0H0", "attention/pattern_L1H0"), "attention patterns"))),
+        PanelSection("Training", "The fit on the training pool's tables.",
+                     tuple(Panel("line", (m,), m) for m in ("train/loss", "id/loss", "id/bayes_loss"))),
+    )
+
+    def validate(self, cfg: MarkovNgramConfig) -> None:
+        require(
+            ("task.vocab_size", cfg.vocab_size >= 2, "must be >= 2"),
+            ("task.order", cfg.order >= 2, "must be >= 2 (order n: every token has n - 1 >= 1 parents)"),
+            ("task.order", cfg.vocab_size ** cfg.order <= MAX_TABLE_ENTRIES,
+             f"S^n = {cfg.vocab_size}^{cfg.order} table entries exceed {MAX_TABLE_ENTRIES} (every sequence carries "
+             "its own table); lower task.order or task.vocab_size"),
+            ("task.alpha", cfg.alpha > 0, "must be > 0 (the Dirichlet concentration of each row)"),
+            ("task.seq_len", cfg.seq_len >= cfg.order,
+             f"must be >= task.order = {cfg.order} (the first n-1 tokens, then chain tokens to predict)"),
+            ("task.pool_size", cfg.pool_size >= 0, "must be >= 0 (0 = a fresh table per sequence)"),
+            ("task.pool_seed", cfg.pool_seed >= 0, "must be >= 0"),
+            ("task.first", cfg.first in FIRST, f"must be one of {', '.join(FIRST)}"),
+            ("task.first", cfg.first != "stationary" or cfg.order == 2,
+             "stationary needs task.order=2 (the stationary law of a higher-order chain is over contexts)"),
+            ("task.loss_on", cfg.loss_on in LOSS_ON, f"must be one of {', '.join(LOSS_ON)}"),
+        )
+
+    def dims(self, cfg: MarkovNgramConfig) -> tuple[int, int]:
+        return cfg.vocab_size, cfg.seq_len
+
+    def query_only(self, cfg: MarkovNgramConfig) -> bool:
+        return cfg.loss_on == "last"
+
+    def sample(self, cfg, n, generator, split="train", pad_to=None):
+        return sample(cfg, n, generator, split, pad_to)
+
+    def eval_splits(self, cfg: MarkovNgramConfig) -> dict[str, str]:
+        """OOD first: the evaluation sets are drawn in this order from one generator, so the OOD set (fresh tables)
+        is then the same whatever the pool size, and runs of a pool-size sweep are compared on the same sequences."""
+        return {"ood": "ood", "id": "train"}
+
+    def metrics(self, cfg, prefix, batch, logits, cache) -> dict[str, float]:
+        """The in-context strategies' losses where the model is scored, the gap to the Bayes predictor and the
+        nearest strategy; on the OOD split also the first layer's per-head lags."""
+        losses = metrics.strategy_losses(batch, cfg.seq_len, cfg.order, cfg.vocab_size, cfg.alpha)
+        loss = metrics.model_loss(logits, batch)
+        result = {f"{prefix}/{name}_loss": value for name, value in losses.items()}
+        result[f"{prefix}/gap"] = loss - losses["bayes"]
+        references = [metrics.uniform_loss(cfg.vocab_size)] + list(losses.values())  # uniform, k = 1 .. n
+        result[f"{prefix}/stage"] = float(metrics.stage(loss, references))
+        if prefix == "ood":
+            pattern = patterns(cache)[0]  # (B, H, T_q, T) of the first layer
+            result |= metrics.lag_metrics(metrics.lag_profile(pattern, self._rows(cfg, pattern, batch)), cfg.order)
+        return result
+
+    @staticmethod
+    def _rows(cfg: MarkovNgramConfig, pattern: torch.Tensor, batch) -> torch.Tensor:
+        """(B, T_q) positions of the pattern's query rows that the lag probe reads (-1: left out): every position
+        whose parents all exist (t >= n-1) on a full pattern, or the query of a layer that ran there only."""
+        B, _, T_q, _ = pattern.shape
+        if T_q == 1:
+            return batch.query[:, None]
+        position = torch.arange(T_q, device=pattern.device)
+        keep = (position >= cfg.order - 1) & (position < cfg.seq_len)
+        return torch.where(keep, position, -1).expand(B, T_q)
+
+    def diversity(self, cfg: MarkovNgramConfig) -> dict[str, float]:
+        """The pool size (0 = fresh) and its inverse, finite and growing as diversity falls (0 for fresh tables)."""
+        return {"data/pool_size": float(cfg.pool_size),
+                "data/inv_pool": 1.0 / cfg.pool_size if cfg.pool_size else 0.0}
+
+    def summary(self, cfg: MarkovNgramConfig, history: list[dict[str, float]]) -> dict[str, float]:
+        """The first evaluation step at which the OOD loss sat nearest each strategy (NaN: never): Edelman's stages
+        show as uniform < unigram < .. < Bayes."""
+        names = ["uniform"] + [metrics.strategy_name(k, cfg.order) for k in range(1, cfg.order + 1)]
+        first = {}
+        for record in history:
+            stage = record.get("ood/stage")
+            if stage is not None and stage == stage:  # NaN-safe
+                first.setdefault(names[int(stage)], record["step"])
+        return {f"ood/first_step_at_{name}": float(first.get(name, float("nan"))) for name in names}
+
+    def mi_tables(self, cfg: MarkovNgramConfig) -> torch.Tensor:
+        """The tables the chi-square MI averages over: the training pool's first MI_TABLES, or as many prior draws."""
+        if cfg.pool_size:
+            return pool(cfg)[:MI_TABLES]
+        return draw_tables(cfg, MI_TABLES, torch.Generator().manual_seed(cfg.pool_seed))
+
+    @torch.no_grad()
+    def readouts(self, cfg, model, ood, generator, n_examples):
+        """Every layer's lag profile on the OOD set (`lag_profile` (n_layers, H, T)) and the chi-square mutual
+        information of the training distribution over lag sets (`mi_*`, and `mi/*` final metrics)."""
+        _, cache = model.run_with_cache(ood.tokens)  # full patterns in every layer
+        layers = patterns(cache)
+        arrays = {"lag_profile": torch.stack([metrics.lag_profile(p, self._rows(cfg, p, ood)) for p in layers])
+                  .cpu().numpy(),
+                  "parent_lags": np.arange(1, cfg.order)}
+        final = {}
+        if n_contexts(cfg) <= mutual_info.MAX_STATES:
+            values = mutual_info.chi2_mutual_information(self.mi_tables(cfg), cfg.order)
+            window = cfg.order
+            arrays |= {"mi_lags": np.array([[m in lags for m in range(1, window + 1)] for lags in values]),
+                       "mi_standard": np.array([v[0] for v in values.values()]),
+                       "mi_modified": np.array([v[1] for v in values.values()])}
+            for lags, (standard, modified) in values.items():
+                final[f"mi/standard_{mutual_info.metric_name(lags)}"] = standard
+                final[f"mi/modified_{mutual_info.metric_name(lags)}"] = modified
+            final["mi/argmax_is_parents"] = float(mutual_info.argmax(values) == tuple(range(1, cfg.order)))
+        return arrays, final
+
+    def figures(self, arrays):
+        from trainables.tasks.markov_ngram.figures import all_figures
+
+        return all_figures(arrays)
+
+    def images(self, arrays):
+        from trainables.tasks.markov_ngram.figures import all_images
+
+        return all_images(arrays)
+
+    def run_name(self, cfg: MarkovNgramConfig) -> str:
+        """Vocabulary, order, alpha and pool, e.g. S3_n3_a0.3_pool64."""
+        return f"S{cfg.vocab_size}_n{cfg.order}_a{cfg.alpha:g}_pool{cfg.pool_size or 'fresh'}"
+
+    def tags(self, cfg: MarkovNgramConfig) -> list[str]:
+        return [f"loss_on:{cfg.loss_on}", f"first:{cfg.first}", "pool:fresh" if not cfg.pool_size else "pool:fixed"]
+
+
+TASK = MarkovNgram()

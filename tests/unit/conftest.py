@@ -12,8 +12,9 @@ R_NEEDED = 0.3  # fake_r_tune's model generalizes when the max-sum ratio is at m
 WIDTH_NEEDED = 5  # fake_width_tune's model generalizes from width 5 on
 
 
-def fake_executor(monkeypatch, accuracy) -> list[list[dict]]:
-    """Install the fake; accuracy(point, data metrics) -> ood/acc. Returns the list of every call's points."""
+def fake_executor(monkeypatch, accuracy, metric: str = "ood/acc") -> list[list[dict]]:
+    """Install the fake; accuracy(point, data metrics) -> the value of `metric` (the task's success metric). Returns
+    the list of every call's points."""
     calls = []
 
     def run_rounds(base, search, rounds, out, summary=None, job_type="search"):
@@ -23,7 +24,7 @@ def fake_executor(monkeypatch, accuracy) -> list[list[dict]]:
                 cfg = config.with_point(config.to_dict(base), point)
                 metrics = task_of(cfg).diversity(cfg.task)
                 write_json(space.trial_dir(out, point) / "result.json",
-                           metrics | {"ood/acc": accuracy(point, metrics), "status": "completed"})
+                           metrics | {metric: accuracy(point, metrics), "status": "completed"})
 
     monkeypatch.setattr(tuner, "run_rounds", run_rounds)
     return calls

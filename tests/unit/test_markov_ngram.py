@@ -7,14 +7,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from sweep import space, tuner
 from sweep.search import bisection, loop
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
 from tests.conftest import CONFIGS
+from tests.unit.conftest import fake_executor
 from trainables import config
 from trainables.errors import ConfigError
-from trainables.io import write_json
 from trainables.tasks import TASKS
 from trainables.tasks.markov_ngram import data, metrics, mutual_info
 from trainables.tasks.markov_ngram.data import CHAIN, PAD, PRIMED, MarkovNgramConfig
@@ -74,7 +73,7 @@ def test_padding_keeps_the_draws():
     L = SMALL.seq_len
     assert torch.equal(padded.tokens[:, :L], plain.tokens) and (padded.labels[:, L:] == PAD).all()
     assert not padded.loss_mask[:, L:].any() and torch.equal(padded.scored_targets(), plain.scored_targets())
-    with pytest.raises(ValueError, match="pad_to"):
+    with pytest.raises(ValueError, match="cannot pad"):
         draw(SMALL, 8, pad_to=L - 1)
 
 
@@ -341,18 +340,8 @@ POOL_NEEDED = 24  # the fake model learns in context from this pool size on
 def fake_gap_tune(monkeypatch):
     """tests/unit/conftest.py's fake executor, writing this task's success metric: ood/gap small (0.001) from
     POOL_NEEDED tables on, large (0.3) below. Returns the list of every call's points."""
-    calls = []
-
-    def run(base, search, points, out, experiment, restore, job_type):
-        calls.append(points)
-        for point in points:
-            cfg = config.with_point(config.to_dict(base), point)
-            gap = 0.001 if point["task.pool_size"] >= POOL_NEEDED else 0.3
-            write_json(space.trial_dir(out, point) / "result.json",
-                       TASK.diversity(cfg.task) | {"ood/gap": gap, "status": "completed"})
-
-    monkeypatch.setattr(tuner, "run", run)
-    return calls
+    return fake_executor(monkeypatch, lambda point, m: 0.001 if point["task.pool_size"] >= POOL_NEEDED else 0.3,
+                         metric="ood/gap")
 
 
 def test_pool_search_finds_the_smallest_pool_with_a_small_gap(tmp_path, fake_gap_tune):

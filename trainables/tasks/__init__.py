@@ -150,9 +150,10 @@ class Task:
 
 
 def _registry() -> dict[str, Task]:
+    from trainables.tasks.mixed_ngram import TASK as mixed_ngram
     from trainables.tasks.trigger_copy import TASK as trigger_copy
 
-    return {task.name: task for task in (trigger_copy,)}
+    return {task.name: task for task in (trigger_copy, mixed_ngram)}
 
 
 TASKS: dict[str, Task] = _registry()

@@ -2,14 +2,12 @@
 figures (figures.py), and what the sweeps, W&B and the reports need to know about it.
 
 The question (seed 002, "How Transformers Get Rich"): a target mixes a lazy component the weights can hold (a global
-4-gram rule) and a rich in-context one (an induction head), the latter in a share alpha of the sequences. The lazy
-loss falls first; the in-context loss sits on a plateau, then drops abruptly. The knob is alpha; the reports plot the
-transition step and the plateau's length against it. Success: the in-context accuracy on OOD sequences, whose
+4-gram rule) and a rich in-context one (an induction head), the latter in a share alpha of the sequences. SPEC §6
+claims the lazy loss falls first, the in-context loss then sits on a plateau and drops abruptly, later the smaller
+alpha is. The knob is alpha; the reports plot the transition step and the plateau's length against it. Success: the in-context accuracy on OOD sequences, whose
 periods were never seen in training (ood/icl_acc >= eval.threshold).
 """
 from __future__ import annotations
-
-import numpy as np
 
 from trainables.errors import require
 from trainables.tasks import Batch, Panel, PanelSection, Task

@@ -3,6 +3,7 @@
 would run: the knob is a float, which the threshold search's integer knob cannot take)."""
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,10 @@ sweep:
 
 
 def headsweep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=600)
+    # One torch thread: on a busy 2-core machine torch's default two threads made the debug run 14x slower (Ray trial
+    # workers get one already).
+    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=600,
+                          env=os.environ | {"OMP_NUM_THREADS": "1"})
 
 
 def test_debug_train_logs_each_component_and_the_transition(tmp_path):

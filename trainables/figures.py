@@ -117,16 +117,19 @@ def attention_rows(attention: np.ndarray, ends: np.ndarray, row_labels: list[str
     return fig
 
 
-def attention_pattern(pattern: np.ndarray, end: int, columns: list[tuple[int, dict]], title: str) -> Figure:
+def attention_pattern(pattern: np.ndarray, end: int, columns: list[tuple[int, dict]], title: str,
+                      query_row: bool = True) -> Figure:
     """A full causal pattern (query rows x key columns) of one head on one example, cut to its `end` positions;
-    `columns` are (key position, line style with a `label`) drawn as dashed lines, the last row dotted."""
+    `columns` are (key position, line style with a `label`) drawn as dashed lines; with `query_row` the last row (a
+    task's one scored position) dotted."""
     pattern = np.asarray(pattern, dtype=float)[:end, :end]
     fig = new_figure(5.2, 4.4)
     ax = fig.add_subplot()
     image = ax.imshow(pattern, cmap=ATTENTION_CMAP, vmin=0.0, vmax=1.0, interpolation="nearest")
     for position, style in columns:
         ax.axvline(position, linestyle="--", linewidth=1.2, **style)
-    ax.axhline(end - 1, color="#ff4fd8", linestyle=":", linewidth=1.2, label="last row (query)")
+    if query_row:
+        ax.axhline(end - 1, color="#ff4fd8", linestyle=":", linewidth=1.2, label="last row (query)")
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     ax.set_title(title, fontsize="medium")

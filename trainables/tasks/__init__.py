@@ -171,9 +171,10 @@ class Task:
 def _registry() -> dict[str, Task]:
     from trainables.tasks.bigram_trigger import TASK as bigram_trigger
     from trainables.tasks.markov_ngram import TASK as markov_ngram
+    from trainables.tasks.mixed_ngram import TASK as mixed_ngram
     from trainables.tasks.trigger_copy import TASK as trigger_copy
 
-    return {task.name: task for task in (trigger_copy, bigram_trigger, markov_ngram)}
+    return {task.name: task for task in (trigger_copy, bigram_trigger, markov_ngram, mixed_ngram)}
 
 
 TASKS: dict[str, Task] = _registry()

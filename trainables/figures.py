@@ -133,7 +133,8 @@ def attention_pattern(pattern: np.ndarray, end: int, columns: list[tuple[int, di
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     ax.set_title(title, fontsize="medium")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize="x-small", frameon=False)
+    if columns or query_row:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize="x-small", frameon=False)
     fig.colorbar(image, ax=ax, label="attention", pad=0.01)
     return fig
 

@@ -69,11 +69,23 @@ def assert_same_state(packed: dict, alone: dict) -> None:
     assert torch.equal(packed["train_generator"], alone["train_generator"])
 
 
-@pytest.mark.parametrize("extra", [[], ["model.positional=rotary", "model.tied_kq=false", "model.mlp=true",
-                                        "model.layer_norm=true", "model.embedding=learned", "model.d_model=16"]],
-                         ids=["onehot", "learned-rotary-mlp"])
-def test_each_member_ends_where_it_would_alone(extra):
-    cfgs = configs(*extra)
+@pytest.mark.parametrize("extra, dtype", [
+    ([], torch.float32),
+    (["model.positional=rotary", "model.tied_kq=false", "model.mlp=true", "model.layer_norm=true",
+      "model.embedding=learned", "model.d_model=16"], torch.float64)], ids=["onehot", "learned-rotary-mlp-float64"])
+def test_each_member_ends_where_it_would_alone(extra, dtype):
+    """In float64 for the model with LayerNorm: Adam turns a gradient near zero into a step of about lr whatever its
+    size, so float32 rounding (a batched matmul rounds differently from a single one) can flip such a step, which says
+    nothing about packing; float64 leaves the algorithm alone to compare."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        check_against_alone(configs(*extra))
+    finally:
+        torch.set_default_dtype(default)
+
+
+def check_against_alone(cfgs: list) -> None:
     assert len({pack_key(c) for c in cfgs}) == 1
     packed, packed_states = run_packed(cfgs)
     for index, cfg in enumerate(cfgs):

@@ -60,10 +60,13 @@ class Attention(nn.Module):
         self.W_V = nn.Parameter(torch.randn(H, d_model, d_head) * cfg.init_std)
         self.W_O = nn.Parameter(torch.randn(H, d_head, d_model) * cfg.init_std)
         self.scale = 1 / math.sqrt(d_key)
+        # A head as wide as the residual stream (the paper's one-head model) attends over the inputs and maps them by
+        # W_V W_O (D x D) once: the same function, without projecting every position's value first.
+        self.fold_ov = d_head == d_model
         if cfg.positional == "relative":
             self.relative_bias = nn.Parameter(torch.zeros(H, max_len))  # one learned score per head and offset i - j
         if cfg.positional == "rotary":
-            inv_freq = 10000 ** (-torch.arange(0, d_key, 2).float() / d_key)
+            inv_freq = 10000 ** (-torch.arange(0, d_key, 2, dtype=torch.get_default_dtype()) / d_key)
             self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,9 +86,11 @@ class Attention(nn.Module):
         if self.positional == "relative":
             scores = scores + self.relative_bias[:, offset.clamp(min=0)].transpose(0, 1)  # (B or 1, H, T_q, T)
         pattern = scores.masked_fill((offset < 0)[:, None], float("-inf")).softmax(dim=-1)  # causal: keys <= query
+        if self.fold_ov:
+            attended = pattern @ x[:, None]  # (B, H, T_q, D)
+            return torch.einsum("bhqd,hde->bqe", attended, self.W_V @ self.W_O), pattern  # (B, T_q, D), heads summed
         v = torch.einsum("btd,hde->bhte", x, self.W_V)  # (B, H, T, d_head)
-        out = torch.einsum("bhqt,bhte,hed->bqd", pattern, v, self.W_O)  # (B, T_q, D), heads summed
-        return out, pattern
+        return torch.einsum("bhqe,hed->bqd", pattern @ v, self.W_O), pattern  # (B, T_q, D), heads summed
 
     def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotary embedding of x (B, H, T_x, E) at positions (B or 1, T_x): each consecutive pair of features turns by
@@ -146,7 +151,7 @@ class Transformer(nn.Module):
                 parts.append(F.one_hot(torch.arange(T, device=tokens.device), self.n_ctx).expand(B, T, self.n_ctx))
             if self.cfg.prev_token:
                 parts.append(F.one_hot(previous + 1, self.d_vocab + 1)[..., 1:])  # all-zero at t = 0
-            x = torch.cat(parts, dim=-1).float()
+            x = torch.cat(parts, dim=-1).to(self.W_U.dtype)
         else:
             x = self.W_E[tokens]
             if self.cfg.prev_token:

@@ -7,7 +7,10 @@ key) against the one-step model's. `validate()` asks each part to validate itsel
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf import errors as oc_errors
+from omegaconf._utils import get_omega_conf_dumper
 
 from trainables.errors import ConfigError, require
 from trainables.logger import LoggingConfig
@@ -78,8 +82,7 @@ def read_layers(path: str | Path | None, overrides: list[str]) -> list[DictConfi
 
 def from_layers(layers: list[DictConfig], check_device: bool = True) -> Config:
     """Merge layers (files, overrides, plain dicts) onto the schema their task/model names pick, then validate."""
-    raw = OmegaConf.merge(*layers) if layers else OmegaConf.create()
-    schema = Config(task=_section(raw, "task", TASKS), model=_section(raw, "model", MODELS))
+    schema = _schema(_name(layers, "task", TASKS), _name(layers, "model", MODELS))
     cfg = OmegaConf.to_object(merge_checked(schema, layers))
     task_of(cfg).resolve(cfg.task)  # derived fields, so config.yaml shows what is actually used
     validate(cfg, check_device)
@@ -104,8 +107,9 @@ def with_point(base: dict, point: dict[str, Any], check_device: bool = True) -> 
 
 
 def merge_checked(schema: Any, layers: list[DictConfig], prefix: str = "") -> DictConfig:
-    """OmegaConf.merge onto a structured schema, with its errors turned into ConfigError naming the full key."""
-    structured = OmegaConf.structured(schema)
+    """OmegaConf.merge onto a structured schema (a dataclass or its DictConfig), with its errors turned into
+    ConfigError naming the full key."""
+    structured = schema if isinstance(schema, DictConfig) else OmegaConf.structured(schema)
     try:
         return OmegaConf.merge(structured, *layers)
     except oc_errors.ConfigKeyError as e:
@@ -118,14 +122,23 @@ def _without(layer: DictConfig, keys: tuple[str, ...]) -> DictConfig:
     return OmegaConf.create({k: v for k, v in layer.items() if k not in keys}) if any(k in layer for k in keys) else layer
 
 
-def _section(raw: DictConfig, key: str, registry: dict) -> Any:
-    """A default instance of the config dataclass that the section's `name` picks from the registry."""
-    name = OmegaConf.select(raw, f"{key}.name", default=None)
-    if name is None:
-        return next(iter(registry.values())).config()
-    if name not in registry:
-        raise ConfigError(f"{key}.name", f"must be one of {', '.join(registry)}, got {name!r}")
-    return registry[name].config()
+def _name(layers: list[DictConfig], key: str, registry: dict) -> str:
+    """The `<key>.name` the last layer that sets one gives (the registry's first entry when none does)."""
+    for layer in reversed(layers):  # DictConfigs or plain dicts
+        section = layer.get(key)
+        name = section.get("name") if isinstance(section, Mapping) else None
+        if name is not None:
+            if name not in registry:
+                raise ConfigError(f"{key}.name", f"must be one of {', '.join(registry)}, got {name!r}")
+            return name
+    return next(iter(registry))
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(task: str, model: str) -> DictConfig:
+    """The structured schema of a task and a model, built once per process (a sweep validates every point with it;
+    OmegaConf.merge copies it, never changes it)."""
+    return OmegaConf.structured(Config(task=TASKS[task].config(), model=MODELS[model].config()))
 
 
 def _closest(schema: DictConfig, full_key: str, prefix: str = "") -> str:
@@ -137,9 +150,13 @@ def _closest(schema: DictConfig, full_key: str, prefix: str = "") -> str:
 
 
 def to_yaml(cfg: Config, **sections) -> str:
-    """The resolved config as YAML, followed by any orchestration sections (sweep=..., search=...)."""
-    text = OmegaConf.to_yaml(OmegaConf.structured(cfg))
-    return text + "".join(OmegaConf.to_yaml({name: OmegaConf.structured(section)}) for name, section in sections.items())
+    """The resolved config as YAML, followed by any orchestration sections (sweep=..., search=...): exactly
+    OmegaConf.to_yaml's text, dumped from the dataclasses directly (every packed member writes its config.yaml, and
+    building a structured DictConfig first cost more than training a one-step member)."""
+    dump = lambda data: yaml.dump(data, default_flow_style=False, allow_unicode=True, sort_keys=False,
+                                  Dumper=get_omega_conf_dumper())
+    return dump(dataclasses.asdict(cfg)) + "".join(dump({name: dataclasses.asdict(section)})
+                                                   for name, section in sections.items())
 
 
 def to_dict(cfg: Config) -> dict:

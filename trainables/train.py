@@ -176,6 +176,7 @@ def checkpoint(state: TrainState, metrics: dict, seconds: float, history: list[d
     """The full training state after an evaluation (its `metrics`; `history`: every evaluation so far, with its step):
     what `restore` and the task's summary of the run need to continue exactly."""
     return {"step": state.step, "status": state.status, "metrics": metrics, "history": list(history),
+            "final": state.status != "completed" or state.step >= state.total_steps,  # nothing left to resume
             "model": copy.deepcopy(state.model.state_dict()),
             "optimizers": [copy.deepcopy(phase.optimizer.state_dict()) for phase in state.phases],
             "train_generator": state.generator.get_state(), "stopper": vars(state.stopper).copy(), "seconds": seconds}

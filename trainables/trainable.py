@@ -2,7 +2,7 @@
 
 The only module of trainables/ that imports ray. A trial carries a list of members (one, or several packed), each
 with its sweep point and an absolute output directory. Members of one shape train as one population
-(population.pack_key), the others one group after another; results, directories, checkpoints and W&B runs stay one
+(population.pack_key) when their model vectorizes, the others one group after another; results, directories, checkpoints and W&B runs stay one
 per member, so a user sees no difference but speed.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ray import tune
 from trainables import config
 from trainables.io import read_json, read_jsonl
 from trainables.logger import trial_logger
+from trainables.models import MODELS
 from trainables.population import pack_key
 from trainables.train import save, train_members
 
@@ -32,6 +33,11 @@ class Reporter:
         self.staged = None
 
     def stage(self, states: dict[int, dict]) -> None:
+        """Write the members' states where the next report picks them up; a member's final state is left out (its
+        result.json follows at once, and a retry never resumes a finished member)."""
+        states = {index: state for index, state in states.items() if not state.get("final")}
+        if not states:
+            return
         self.staged = tempfile.TemporaryDirectory(prefix="headsweep-ckpt-")
         torch.save({"members": states}, Path(self.staged.name) / STATE_FILE)
 
@@ -66,26 +72,29 @@ def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
     members = params.get("members") or plan[params["trial"]]
     saved = _last_checkpoint()
     reporter = Reporter()
+    cfgs: dict[int, config.Config] = {}
     groups: dict[tuple, list[int]] = {}
     for index, member in enumerate(members):
         finished = read_json(Path(member["dir"]) / "result.json")
         if finished is not None:  # finished in an earlier attempt or run: never trained twice
             reporter.report(finished, index)
             continue
-        cfg = config.with_point(base, member["point"])
+        cfg = cfgs[index] = config.with_point(base, member["point"])
         step = saved[index]["step"] if index in saved else 0
-        groups.setdefault((pack_key(cfg), step), []).append(index)
+        alone = None if MODELS[cfg.model.name].vectorize else index  # a model that does not vectorize: one by one
+        groups.setdefault((pack_key(cfg), step, alone), []).append(index)
     for indices in groups.values():
-        _train_group(members, indices, base, saved, reporter)
+        _train_group(members, {i: cfgs[i] for i in indices}, saved, reporter)
 
 
-def _train_group(members: list[dict], indices: list[int], base: dict, saved: dict, reporter: Reporter) -> None:
-    """Train these members (one shape, one step) as one population, each logging to its own directory."""
+def _train_group(members: list[dict], group: dict[int, config.Config], saved: dict, reporter: Reporter) -> None:
+    """Train these members (index -> config; one shape, one step) as one population, each logging to its own
+    directory."""
+    indices = list(group)
     with ExitStack() as contexts:
         cfgs, loggers, resumes = [], [], []
-        for index in indices:
+        for index, cfg in group.items():
             member, out = members[index], Path(members[index]["dir"])
-            cfg = config.with_point(base, member["point"])
             out.mkdir(parents=True, exist_ok=True)
             (out / "config.yaml").write_text(config.to_yaml(cfg))
             resume = saved.get(index)

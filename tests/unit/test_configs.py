@@ -24,3 +24,23 @@ def test_config_loads_and_its_first_line_is_its_command(path):
     else:
         assert verb == "train" and not {"search", "sweep"} & set(sections)
         config.load(path, [], check_device=False)
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.name for p in ALL])
+def test_config_yaml_is_omegaconfs_text(path):
+    """config.to_yaml dumps the dataclasses directly (fast); its text must stay OmegaConf.to_yaml's, since re-running a
+    verb on an output directory compares it with the config.yaml written there."""
+    from omegaconf import OmegaConf
+
+    verb = path.read_text().splitlines()[0].split()[2]
+    if verb == "search":
+        base, section = load_search(path, [])
+        sections = {"search": section}
+    elif verb == "grid":
+        base, section, _ = space.load_sweep(path, [])
+        sections = {"sweep": section}
+    else:
+        base, sections = config.load(path, [], check_device=False), {}
+    expected = OmegaConf.to_yaml(OmegaConf.structured(base)) + "".join(
+        OmegaConf.to_yaml({name: OmegaConf.structured(section)}) for name, section in sections.items())
+    assert config.to_yaml(base, **sections) == expected

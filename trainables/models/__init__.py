@@ -21,6 +21,7 @@ class ModelSpec:
     config: type  # the `model:` section's dataclass
     needs_query: bool = False  # computes its output at one query position per sequence only
     uses_optim: bool = True  # trained by `optim:`; False: its phases are configured under `model:`
+    vectorize: bool = True  # packed members train as one vmapped population (False: one after another in a trial)
 
     def build(self, cfg, d_vocab: int, n_ctx: int) -> nn.Module:
         raise NotImplementedError

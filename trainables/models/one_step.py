@@ -111,6 +111,9 @@ class OneStepSpec(ModelSpec):
     config = OneStepConfig
     needs_query = True
     uses_optim = False
+    # Its two steps are already one large batch of gathers and scatter-adds each; vmapped, those fall back to slow
+    # per-member loops (bench/population.py: packed 0.74x of one by one), so packed members run one after another.
+    vectorize = False
 
     def build(self, cfg: OneStepConfig, d_vocab: int, n_ctx: int) -> OneStepModel:
         return OneStepModel(d_vocab, n_ctx)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from trainables import config
 from trainables.models import one_step
@@ -101,6 +102,16 @@ def bench_query_path(steps: int = 60) -> None:
     query, every = statistics.median(run(True) for _ in range(3)), statistics.median(run(False) for _ in range(3))
     print(f"transformer step     last layer at the query only {query:.1f} steps/s, at every position "
           f"{every:.1f} steps/s: {query / every:.2f}x")
+    state, _, _ = init_state(cfg)
+    with FlopCounterMode(display=False) as counter:
+        Stack([state]).step({0: sample(cfg.task, 64, state.generator)})
+    size = 1024
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    matmul = statistics.median(timed(lambda: a @ b, 20))
+    peak = 2 * size ** 3 / matmul / 1e9
+    achieved = counter.get_total_flops() * query / 1e9
+    print(f"achieved             {achieved:.1f} GFLOP/s in the transformer step (FLOPs counted by FlopCounterMode), "
+          f"against {peak:.1f} GFLOP/s of a {size}x{size} matmul in this run: {achieved / peak:.0%}")
 
 
 def main() -> None:

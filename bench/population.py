@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))  # run from a plain checkout too (the GPU machine 
 from sweep import space  # noqa: E402  (no Ray: the sweep section and its points only)
 from trainables import config  # noqa: E402
 from trainables.logger import Logger  # noqa: E402
+from trainables.models import MODELS  # noqa: E402
 from trainables.population import Stack  # noqa: E402
 from trainables.tasks import task_of  # noqa: E402
 from trainables.train import init_state, train, train_members  # noqa: E402
@@ -97,6 +98,9 @@ def main() -> None:
           f"{per_member_step * steps * n_points / 60:.1f} min at {steps} steps each, at most "
           f"{per_member_step * configured * n_points / 60:.1f} min at its {configured} (early stopping ends most "
           "sooner)")
+    if not MODELS[cfgs[0].model.name].vectorize:
+        print(f"({cfgs[0].model.name} does not vectorize (ModelSpec.vectorize): Ray trials train its packed members one "
+              "after another, as fast as one by one; the population above is what vmapping them would do)")
     print(f"speedup={alone / packed:.2f}")
 
 

@@ -19,7 +19,7 @@ from trainables.errors import ConfigError
 from trainables.tasks import task_of
 
 TPE_STARTUP = 10  # random candidates before TPE models a multi-dimensional space
-
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study created is noise beside the progress view
 
 @dataclass
 class Slice:

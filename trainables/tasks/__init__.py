@@ -8,6 +8,7 @@ arrays and the headline columns that progress tables, reports and W&B panels sho
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -89,7 +90,7 @@ class Task:
     table_columns: tuple[str, ...] = ()  # the metrics of the reports' results tables
     curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels
     short_names: dict[str, str] = {}  # the live progress table's columns: metric -> a narrow name
-    figure_note: str = ""  # one sentence that explains the markers of the task's figures (HTML-escaped by the report)
+    figures_module: str = ""  # the module with all_figures(arrays), all_images(arrays) and NOTE, imported lazily
     dashboard: tuple[PanelSection, ...] = ()  # the W&B workspace and report sections
 
     # --- config -------------------------------------------------------------------------------------------------
@@ -151,12 +152,20 @@ class Task:
 
     def figures(self, arrays: dict[str, np.ndarray]) -> dict:
         """Media key -> matplotlib Figure of a trial's arrays (attention.npz), for the report."""
-        return {}
+        return self._figures().all_figures(arrays) if self.figures_module else {}
 
     def images(self, arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
         """Media key -> (uint8 RGB image, caption): the same arrays as plain heatmaps (figures.heatmap_image), for
         W&B, where a trial's media must cost a small fraction of the trial."""
-        return {}
+        return self._figures().all_images(arrays) if self.figures_module else {}
+
+    @property
+    def figure_note(self) -> str:
+        """One sentence that explains the markers of the task's figures (HTML-escaped by the report)."""
+        return self._figures().NOTE if self.figures_module else ""
+
+    def _figures(self):
+        return importlib.import_module(self.figures_module)  # matplotlib only once something is drawn
 
     # --- naming -------------------------------------------------------------------------------------------------
     def run_name(self, cfg) -> str:

@@ -33,6 +33,7 @@ _BY_OUTPUTS = "data/n_train_outputs"  # W&B runs grouped by the diversity knob
 class BigramTrigger(Task):
     name = "bigram_trigger"
     config = BigramTriggerConfig
+    figures_module = "trainables.tasks.bigram_trigger.figures"
     success_metric = "ood/head_acc"
     diversity_axis = "data/n_train_outputs"
     diversity_label = "training outputs (large = diverse)"
@@ -72,11 +73,6 @@ class BigramTrigger(Task):
                      tuple(Panel("line", (m,), m) for m in ("train/loss", "id/loss", "bigram/loss"))),
     )
 
-    @property
-    def figure_note(self) -> str:
-        from trainables.tasks.bigram_trigger.figures import NOTE
-
-        return NOTE
 
     def validate(self, cfg: BigramTriggerConfig) -> None:
         require(
@@ -151,15 +147,7 @@ class BigramTrigger(Task):
                   "train_len": np.array(cfg.seq_len)}
         return arrays, {}
 
-    def figures(self, arrays):
-        from trainables.tasks.bigram_trigger.figures import all_figures
 
-        return all_figures(arrays)
-
-    def images(self, arrays):
-        from trainables.tasks.bigram_trigger.figures import all_images
-
-        return all_images(arrays)
 
     def run_name(self, cfg: BigramTriggerConfig) -> str:
         """Bigram, triggers and training outputs, e.g. text_K5sampled_out46_T256."""

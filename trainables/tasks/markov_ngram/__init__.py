@@ -24,6 +24,7 @@ MI_TABLES = 256  # tables the chi-square mutual information averages over (the p
 class MarkovNgram(Task):
     name = "markov_ngram"
     config = MarkovNgramConfig
+    figures_module = "trainables.tasks.markov_ngram.figures"
     success_metric = "ood/gap"
     success_above = False  # a loss gap: success when it is at most eval.threshold
     diversity_axis = "data/inv_pool"
@@ -33,9 +34,6 @@ class MarkovNgram(Task):
                                 "mi/argmax_is_parents")
     curve_metrics = ("train/loss", "ood/loss", "ood/unigram_loss", "ood/bayes_loss", "ood/gap")
     short_names = {"ood/gap": "gap", "id/gap": "id_gap", "attn/parent_coverage": "parents", "data/pool_size": "pool"}
-    figure_note = ("Lag profile: mean attention mass of each first-layer head by offset (query minus key position); "
-                   "shaded offsets are the parents' lags. Chi-square MI: Chen et al.'s standard and modified criteria "
-                   "over lag sets; the starred set is the modified criterion's argmax.")
     dashboard = (
         PanelSection("In-context learning on unseen tables",
                      "A model that learned the in-context algorithm predicts fresh tables as well as the Bayes-optimal "
@@ -167,15 +165,7 @@ class MarkovNgram(Task):
             final["mi/argmax_is_parents"] = float(mutual_info.argmax(values) == tuple(range(1, cfg.order)))
         return arrays, final
 
-    def figures(self, arrays):
-        from trainables.tasks.markov_ngram.figures import all_figures
 
-        return all_figures(arrays)
-
-    def images(self, arrays):
-        from trainables.tasks.markov_ngram.figures import all_images
-
-        return all_images(arrays)
 
     def run_name(self, cfg: MarkovNgramConfig) -> str:
         """Vocabulary, order, alpha and pool, e.g. S3_n3_a0.3_pool64."""

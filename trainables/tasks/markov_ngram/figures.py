@@ -15,6 +15,9 @@ from trainables import figures
 PARENT_SHADE = {"color": "#7CFC00", "alpha": 0.25}  # parents' lags
 MAX_OFFSET_SHOWN = 12  # lag profiles: offsets beyond the parents rarely matter; the last bar sums the rest
 STRATEGY_STYLE = {"linestyle": "--", "linewidth": 1.2}
+NOTE = ("Lag profile: mean attention mass of each first-layer head by offset (query minus key position); shaded "
+        "offsets are the parents' lags. Chi-square MI: Chen et al.'s standard and modified criteria over lag sets; the "
+        "starred set is the modified criterion's argmax.")
 TIE_TOLERANCE = 1e-9  # relative: chi-square values equal up to float error are one maximum
 
 

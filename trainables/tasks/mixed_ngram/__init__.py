@@ -20,6 +20,7 @@ _BY_ALPHA = "data/alpha"  # W&B runs are grouped by the in-context share: few di
 class MixedNgram(Task):
     name = "mixed_ngram"
     config = MixedNgramConfig
+    figures_module = "trainables.tasks.mixed_ngram.figures"
     success_metric = "ood/icl_acc"
     diversity_axis = "data/alpha"
     diversity_label = "alpha (in-context share)"
@@ -52,11 +53,6 @@ class MixedNgram(Task):
                      tuple(Panel("line", (m,), m) for m in ("train/loss", "id/loss", "id/acc", "lazy/acc", "icl/acc"))),
     )
 
-    @property
-    def figure_note(self) -> str:
-        from trainables.tasks.mixed_ngram.figures import NOTE
-
-        return NOTE
 
     def validate(self, cfg: MixedNgramConfig) -> None:
         require(
@@ -113,15 +109,7 @@ class MixedNgram(Task):
         """The lazy rule's table, so a trial's arrays say which 4-gram it learned."""
         return {"rule_table": rule_table(cfg).numpy()}, {}
 
-    def figures(self, arrays) -> dict:
-        from trainables.tasks.mixed_ngram.figures import all_figures
 
-        return all_figures(arrays)
-
-    def images(self, arrays) -> dict:
-        from trainables.tasks.mixed_ngram.figures import all_images
-
-        return all_images(arrays)
 
     def run_name(self, cfg: MixedNgramConfig) -> str:
         """The in-context share and the training periods, e.g. a0.25_k2-6."""

@@ -18,6 +18,7 @@ _BY_WIDTH = "data/width"  # W&B runs are grouped by the support width K: few dis
 class TriggerCopy(Task):
     name = "trigger_copy"
     config = TriggerCopyConfig
+    figures_module = "trainables.tasks.trigger_copy.figures"
     success_metric = "ood/acc"
     diversity_axis = "data/max_sum_ratio"
     diversity_label = "R (small = diverse)"
@@ -55,11 +56,6 @@ class TriggerCopy(Task):
                      tuple(Panel("line", (m,), m) for m in ("train/loss", "id/loss", "id/acc"))),
     )
 
-    @property
-    def figure_note(self) -> str:
-        from trainables.tasks.trigger_copy.figures import NOTE
-
-        return NOTE
 
     def resolve(self, cfg: TriggerCopyConfig) -> None:
         lengths = cfg.lengths
@@ -137,15 +133,7 @@ class TriggerCopy(Task):
         acc = metrics.accuracy_by_pair(logits.argmax(-1) == pairs.scored_targets(), pairs, cfg.max_len).numpy()
         return {"acc_by_pair": acc}, {"all_pairs/acc": float(np.nanmean(acc))}
 
-    def figures(self, arrays):
-        from trainables.tasks.trigger_copy.figures import all_figures
 
-        return all_figures(arrays)
-
-    def images(self, arrays):
-        from trainables.tasks.trigger_copy.figures import all_images
-
-        return all_images(arrays)
 
     def run_name(self, cfg: TriggerCopyConfig) -> str:
         """Training lengths and trigger count, e.g. l3-15_t4."""

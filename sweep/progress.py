@@ -58,7 +58,8 @@ class ProgressView(ProgressReporter):
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = (done - self.done_at_start) / elapsed
         parts = [self.title, f"{done}/{self.total} trained" if self.total else f"{done} trained",
-                 f"{statuses.count('RUNNING')} running", f"{statuses.count('ERROR')} failed", f"{rate:.1f}/s"]
+                 f"{statuses.count('RUNNING')} running", f"{statuses.count('ERROR')} failed",
+                 f"{rate:.1f}/s" if rate >= 0.1 else f"{rate * 3600:.0f}/h"]
         if self.total and rate > 0 and done < self.total:
             parts.append(f"ETA {_clock((self.total - done) / rate)}")
         parts.append(self.summary())

@@ -20,11 +20,13 @@ SAMPLERS = ("threshold", "tpe", "grid")
 
 @dataclass
 class KnobConfig:
-    """The diversity knob: an integer config key searched over [low, high] (values breaking a constraint skipped)."""
+    """The diversity knob: a config key searched over the integers [low, high], or over `values` in the order given
+    (floats too, e.g. an in-context share); values breaking a constraint are skipped."""
 
     key: str = ""  # the task's diversity key (dotted); "" only for a tpe search over params alone
     low: int = 1
     high: int = 13
+    values: list[Any] = field(default_factory=list)  # explicit values, increasing diversity; replaces low..high
 
 
 @dataclass
@@ -114,7 +116,9 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("search.knob.key", bool(knob.key) or (tpe and bool(search.params)),
          "is required (only a tpe search with params can do without a knob)"),
         ("search.knob.key", not knob.key or is_key(knob.key), "is not a key of the trial config"),
-        ("search.knob.high", knob.high >= knob.low, "must be >= search.knob.low"),
+        ("search.knob.high", bool(knob.values) or knob.high >= knob.low, "must be >= search.knob.low"),
+        ("search.knob.values", all(isinstance(v, (int, float)) for v in knob.values)
+         and len(set(knob.values)) == len(knob.values), "must be numbers, each once"),
         ("search.params", tpe or not search.params, "need search.sampler=tpe (threshold and grid search one knob)"),
         ("search.minimize", tpe or not search.minimize, "needs search.sampler=tpe (threshold and grid minimise the knob)"),
         ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or search.sampler != "threshold"),

@@ -24,14 +24,18 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study created
 @dataclass
 class Slice:
     point: dict  # slice keys -> values
-    values: list[int]  # the knob values valid for this slice, increasing ([] without a knob)
+    values: list  # the knob values valid for this slice, in increasing diversity ([] without a knob)
     study_name: str
     params: list[ParamConfig] = field(default_factory=list)  # the params that apply to this slice
     measures: dict[int, float] = field(default_factory=dict)  # knob value -> search.guide.metric of its config
 
     def distributions(self, knob: str) -> dict[str, optuna.distributions.BaseDistribution]:
         """What a trial of this slice's study asks Optuna for."""
-        asked = {knob: optuna.distributions.IntDistribution(self.values[0], self.values[-1])} if knob else {}
+        asked = {}
+        if knob and all(isinstance(v, int) for v in self.values):
+            asked[knob] = optuna.distributions.IntDistribution(self.values[0], self.values[-1])
+        elif knob:  # explicit values, floats among them: one of them
+            asked[knob] = optuna.distributions.CategoricalDistribution(self.values)
         for param in self.params:
             asked |= {name: param.distribution() for name in param.names()}
         return asked
@@ -65,8 +69,8 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
         point = dict(zip(keys, combo))
         params = [p for p in search.params if all(point.get(k) == v for k, v in p.when.items())]
         name = f"{study_prefix}.{point_id(point)}" if point else study_prefix
-        values = [v for v in range(search.knob.low, search.knob.high + 1)
-                  if holds(checks, point | {knob: v})] if knob else []
+        candidates = search.knob.values or range(search.knob.low, search.knob.high + 1)
+        values = [v for v in candidates if holds(checks, point | {knob: v})] if knob else []
         if knob and not values:
             raise ConfigError("search.constraints", f"slice {point_id(point) or 'all'} leaves no knob value")
         measures = {}

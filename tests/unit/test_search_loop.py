@@ -10,7 +10,7 @@ from sweep.search import bisection, loop
 from sweep.search import studies as search_studies
 from sweep.search.config import SuccessConfig, load_search
 from tests.conftest import CONFIGS
-from tests.unit.conftest import WIDTH_NEEDED
+from tests.unit.conftest import WIDTH_NEEDED, fake_executor
 from trainables.errors import ConfigError
 
 def setup(tmp_path, *overrides):
@@ -88,3 +88,42 @@ def test_the_direction_defaults_to_the_tasks_for_its_own_metric():
     assert (search.success.metric, search.success.direction) == ("ood/acc", ">=")
     with pytest.raises(ConfigError, match="search.success.direction"):
         load_search(CONFIGS / "debug_search.yaml", ["search.success.direction=above"])
+
+
+ALPHAS = [0.1, 0.2, 0.3, 0.5, 0.7, 0.9]
+ALPHA_NEEDED = 0.5
+
+
+def test_a_knob_of_explicit_float_values_is_bisected(tmp_path, monkeypatch):
+    """The mixed n-gram task's knob is a share (floats): `search.knob.values` orders them and bisection finds the
+    fake threshold among them, as it does among integers."""
+    calls = fake_executor(monkeypatch, lambda point, m: 1.0 if point["task.alpha"] >= ALPHA_NEEDED else 0.0,
+                          metric="ood/icl_acc")
+    search_section = (f"search={{knob: {{key: task.alpha, values: {ALPHAS}}}, sampler: threshold, "
+                      "success: {threshold: 0.9, seeds: [0]}, budget: {per_slice: 8}}")
+    path = tmp_path / "alpha_search.yaml"
+    path.write_text((CONFIGS / "debug_mixed_ngram.yaml").read_text())
+    base, search = load_search(path, [search_section])
+    assert search.success.metric == "ood/icl_acc"
+    [sl] = search_studies.slices(base, search, "alpha")
+    studies = {sl.study_name: search_studies.open_study(sl, search, search_studies.storage_for(None, tmp_path))}
+    loop.run(base, search, [sl], studies, tmp_path, extend=0)
+    pooled = bisection.evidence(studies[sl.study_name].get_trials(), "task.alpha")
+    assert bisection.minimal_value(sl.values, pooled, 1.0) == ALPHA_NEEDED
+    assert len(calls) < len(ALPHAS)  # bisection, not every value
+    with pytest.raises(ConfigError, match="search.knob.values"):
+        load_search(path, ["search={knob: {key: task.alpha, values: [0.1, 0.1]}}"])
+
+
+def test_the_progress_line_counts_trained_members_and_estimates_what_is_left(tmp_path):
+    from sweep.progress import ProgressView
+
+    for name in ("a", "b"):
+        (tmp_path / "trials" / name).mkdir(parents=True)
+        (tmp_path / "trials" / name / "result.json").write_text("{}")
+    view = ProgressView("grid", tmp_path, total=4, summary=lambda: "1 generalize OOD")
+    (tmp_path / "trials" / "c").mkdir()
+    (tmp_path / "trials" / "c" / "result.json").write_text("{}")  # one finished since the view started
+    line = view.line(["RUNNING", "TERMINATED", "ERROR"])
+    assert line.startswith("grid  3/4 trained  1 running  1 failed") and line.endswith("1 generalize OOD")
+    assert "ETA" in line and ("/s" in line or "/h" in line)

@@ -89,3 +89,23 @@ def test_a_step_evaluates_and_a_checkpoint_restores_exactly(task, model):
     if state.step < state.total_steps:  # the next batch and step are the same too
         nxt = spec.sample(cfg.task, state.phase().batch_size, state.generator)
         assert torch.equal(nxt.tokens, spec.sample(cfg.task, twin.phase().batch_size, twin.generator).tokens)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_every_knob_is_a_config_key_that_moves_the_diversity_measures(name):
+    task = TASKS[name]
+    base = load(name, "transformer")
+    assert task.knobs
+    for knob in task.knobs:
+        value = config.select(base, knob)
+        assert value is not config.MISSING, knob
+        neighbours = (value + 1, value - 1, value + 2) if isinstance(value, int) else (value * 0.5, value * 1.5)
+        for other in neighbours:  # some neighbour of the default is valid and changes data/*
+            try:
+                moved = load(name, "transformer", f"{knob}={other}")
+            except Exception:
+                continue
+            if task.diversity(moved.task) != task.diversity(base.task):
+                break
+        else:
+            pytest.fail(f"no valid change of {knob} moves {task.name}'s diversity measures")

@@ -83,6 +83,7 @@ class Task:
     config: type  # the task's config dataclass (the `task:` section)
     success_metric: str = "ood/acc"  # what "generalizes OOD" is read from, against eval.threshold
     success_above: bool = True  # success when the metric is >= the threshold (False: <=, e.g. a loss gap)
+    knobs: tuple[str, ...] = ()  # config keys that set the training data's diversity (a search's knob is one of them)
     diversity_axis: str = "data/max_sum_ratio"  # the data/* measure reports plot results against
     diversity_label: str = ""  # how that axis reads on a figure, e.g. "R (small = diverse)"
     small_is_diverse: bool = True  # whether a smaller diversity_axis means more diverse (a ratio: yes; a count: no)

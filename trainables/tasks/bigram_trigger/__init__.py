@@ -35,6 +35,7 @@ class BigramTrigger(Task):
     config = BigramTriggerConfig
     figures_module = "trainables.tasks.bigram_trigger.figures"
     success_metric = "ood/head_acc"
+    knobs = ("task.n_train_outputs",)
     diversity_axis = "data/n_train_outputs"
     diversity_label = "training outputs (large = diverse)"
     small_is_diverse = False

@@ -27,6 +27,7 @@ class MarkovNgram(Task):
     figures_module = "trainables.tasks.markov_ngram.figures"
     success_metric = "ood/gap"
     success_above = False  # a loss gap: success when it is at most eval.threshold
+    knobs = ("task.pool_size",)
     diversity_axis = "data/inv_pool"
     diversity_label = "1 / pool size (0 = a fresh table per sequence; small = diverse)"
     headline = ("ood/gap", "id/gap", "ood/loss", "ood/bayes_loss", "attn/parent_coverage", "data/pool_size")

@@ -22,6 +22,7 @@ class MixedNgram(Task):
     config = MixedNgramConfig
     figures_module = "trainables.tasks.mixed_ngram.figures"
     success_metric = "ood/icl_acc"
+    knobs = ("task.alpha",)
     diversity_axis = "data/alpha"
     diversity_label = "alpha (in-context share)"
     headline = ("icl/transition_step", "icl/plateau_steps", "ood/icl_acc", "icl/acc", "lazy/acc", "data/alpha")

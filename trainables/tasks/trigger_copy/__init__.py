@@ -20,6 +20,7 @@ class TriggerCopy(Task):
     config = TriggerCopyConfig
     figures_module = "trainables.tasks.trigger_copy.figures"
     success_metric = "ood/acc"
+    knobs = ("task.lengths.width", "task.lengths.low", "task.lengths.high")  # and the family's own parameters
     diversity_axis = "data/max_sum_ratio"
     diversity_label = "R (small = diverse)"
     headline = ("ood/acc", "id/acc", "ood/pseudo_rate", "mech/induction_score", "data/max_sum_ratio")

@@ -2,8 +2,8 @@
 
     quickstart  34/56 trained  2 running  0 failed  1.8/s  ETA 0:12  slices answered 5/8
 
-On a terminal the line is rewritten in place; elsewhere (CI logs, `ray job logs`) a line is printed every
-LOG_INTERVAL_S seconds and when the sweep ends. Members are counted from their result.json files under out/trials,
+On a terminal the line is rewritten in place; elsewhere (CI logs, `ray job logs`) a line is printed when the counts
+change (at most every LOG_INTERVAL_S seconds), at least every QUIET_LOG_S seconds, and when the sweep ends. Members are counted from their result.json files under out/trials,
 so packed trials, resumed sweeps and crashed workers all count what is really finished.
 """
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Callable
 from ray.tune import ProgressReporter
 
 TTY_INTERVAL_S = 0.5  # refresh of the in-place line on a terminal
-LOG_INTERVAL_S = 10.0  # one line this often when the output is a log file
+LOG_INTERVAL_S = 10.0  # in a log file, at most one line this often
+QUIET_LOG_S = 120.0  # and at least one this often, counts changed or not
 
 
 class ProgressView(ProgressReporter):
@@ -29,8 +30,9 @@ class ProgressView(ProgressReporter):
 
     def setup(self, *args, **kwargs) -> None:
         """Tune calls this when the run starts (also after a restore): the rate counts from here."""
-        self.started, self.last = time.monotonic(), 0.0
+        self.started, self.checked, self.printed = time.monotonic(), 0.0, 0.0
         self.done_at_start = self.count_done()
+        self.counts = None  # (trained, running, failed) of the last line printed
 
     def __getstate__(self) -> dict:
         """Tune pickles its run config (tuner.pkl); the summary is a closure over live objects and stays behind."""
@@ -41,15 +43,18 @@ class ProgressView(ProgressReporter):
 
     def should_report(self, trials, done: bool = False) -> bool:
         interval = TTY_INTERVAL_S if sys.stdout.isatty() else LOG_INTERVAL_S
-        return done or time.monotonic() - self.last >= interval
+        return done or time.monotonic() - self.checked >= interval
 
     def report(self, trials, done: bool, *sys_info: str) -> None:
-        self.last = time.monotonic()
-        line = self.line([t.status for t in trials])
-        if sys.stdout.isatty():
-            sys.stdout.write("\r\x1b[2K" + line + ("\n" if done else ""))
-        else:
-            sys.stdout.write(line + "\n")
+        statuses = [t.status for t in trials]
+        counts = (self.count_done(), statuses.count("RUNNING"), statuses.count("ERROR"))
+        self.checked = time.monotonic()
+        tty, quiet = sys.stdout.isatty(), self.checked - self.printed >= QUIET_LOG_S
+        if not (tty or done or quiet or counts != self.counts):
+            return
+        self.printed, self.counts = self.checked, counts
+        line = self.line(statuses)
+        sys.stdout.write("\r\x1b[2K" + line + ("\n" if done else "") if tty else line + "\n")
         sys.stdout.flush()
 
     def line(self, statuses: list[str]) -> str:

@@ -21,10 +21,12 @@ from sweep.progress import ProgressView
 from sweep.space import point_id, trial_dir
 from trainables import config
 from trainables.errors import ConfigError
+from trainables.io import read_json, write_json
 from trainables.population import pack_key
 from trainables.trainable import run_trial
 
 EXPERIMENT = "grid"
+PLAN_FILE = "grid_plan.json"  # trial id -> its members, as the grid first planned them
 TRIALS_PER_SLOT = 4  # auto packing: about this many Tune trials per slot the cluster can run at once
 MAX_AUTO_PACK = 64  # auto packing never puts more members than this in one trial
 
@@ -98,14 +100,20 @@ def run(base: config.Config, section, points: list[dict], out: Path, summary: Ca
     """
     base_dict = _base_dict(base, section)
     everyone = members(points, out, job_type)
-    # The base config and the plan travel once through the object store; a trial's own config is just its id, which
-    # keeps Tune's trial directories readable.
-    trials = plan(base_dict, everyone, members_per_trial(section, len(everyone)))
-    trainable = _trainable(base_dict, section, trials)
     experiment = (out / "ray" / EXPERIMENT).resolve()
+    restoring = tune.Tuner.can_restore(str(experiment))
+    # The plan is kept beside the experiment: a resumed grid must find the same trials even where `pack: 0` would
+    # now choose differently (another cluster). It travels once through the object store; a trial's own config is
+    # just its id, which keeps Tune's trial directories readable.
+    plan_file = out / "ray" / PLAN_FILE
+    trials = read_json(plan_file) if restoring and plan_file.exists() else None
+    if trials is None:
+        trials = plan(base_dict, everyone, members_per_trial(section, len(everyone)))
+        write_json(plan_file, trials)
+    trainable = _trainable(base_dict, section, trials)
     param_space = {"trial": tune.grid_search(list(trials))}
     view = ProgressView(base.name, out, len(everyone), summary)
-    if tune.Tuner.can_restore(str(experiment)):
+    if restoring:
         # Finished trials are kept; unfinished and errored ones continue from their last checkpoint. The param
         # space is given again: a driver killed before Tune generated every trial left variants still to generate.
         tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True,

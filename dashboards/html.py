@@ -104,7 +104,8 @@ def gallery(figures: list[tuple[bytes, str]], heading: str | None = None) -> str
 
 
 def render_table(frame: pd.DataFrame) -> str:
-    """Escaped HTML table; numbers to 3 decimals except whole-number key columns (lengths, seeds); NaN as an en dash."""
+    """Escaped HTML table; numbers to 3 decimals except whole-number key columns (axis values, seeds); NaN as an en
+    dash."""
     if not isinstance(frame.index, pd.RangeIndex):
         frame = frame.reset_index()  # a meaningful index (e.g. after groupby) becomes visible columns
     whole = {c for c in frame.columns if _all_whole(c, frame[c])}

@@ -12,6 +12,7 @@ figures' landmarks) comes from the task registry; nothing here names a task's ke
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ def build(out: str | Path) -> Path:
     `out` holds no headsweep output; then nothing is written."""
     out = Path(out)
     kind = detect(out)
-    cfg = _config(out / "config.yaml")
+    cfg = read_config(out / "config.yaml")
     task = task_of(cfg) if cfg else TASKS[DEFAULT]
     trials = [out] if kind == "train" else trial_dirs(out)
     frame = _results(out, kind, trials)
@@ -78,7 +79,8 @@ def trial_dirs(out: Path) -> list[Path]:
     return sorted(path.parent for path in out.glob("trials/*/metrics.jsonl"))
 
 
-def _config(path: Path) -> dict | None:
+def read_config(path: Path) -> dict | None:
+    """An output dir's config.yaml as a plain dict (None when there is none)."""
     return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
@@ -148,7 +150,7 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
                                 "diversity*)", image_png=figures.png_bytes(figure), alt="search traces"))
         axis = task.diversity_axis
         if axis in minimal and minimal[axis].notna().any():
-            theory = _theory(cfg, minimal, slice_keys, axis)
+            theory = theory_values(cfg, minimal, slice_keys, axis)
             sections.append(Section(f"Measured threshold: {axis} at diversity* (dashed: the theory's scale)",
                                     image_png=figures.png_bytes(figures.threshold(minimal, slice_keys, axis, theory)),
                                     alt=f"{axis} at the minimal diversity"))
@@ -173,7 +175,7 @@ def _shape_search(out: Path, trials: pd.DataFrame, cfg: dict, task: Task) -> lis
     min_rate = success.get("min_seeds", 1) / max(1, len(success.get("seeds", [0])))
     try:
         if "feasible" in trials.columns and trials["feasible"].notna().any():
-            theory = _theory(cfg, best, slice_keys, task.diversity_axis)
+            theory = theory_values(cfg, best, slice_keys, task.diversity_axis)
             sections += [
                 Section(f"Every candidate: {metric} against {task.diversity_axis} (filled: generalizes; star: best; "
                         "diamond: reference; dashed: the theory's scale)",
@@ -192,18 +194,23 @@ def _shape_search(out: Path, trials: pd.DataFrame, cfg: dict, task: Task) -> lis
     return sections
 
 
-def _theory(cfg: dict, rows: pd.DataFrame, slice_keys: list[str], metric: str) -> list[float | None]:
+def theory_values(cfg: dict, rows: pd.DataFrame, slice_keys: list[str], metric: str) -> list[float | None]:
     """The task's reference value of `metric` for each row's slice (None where the theory says nothing)."""
+    configs = slice_configs(cfg, rows, slice_keys)
+    return [task_of(c).theory(c.task).get(metric) if c is not None else None for c in configs]
+
+
+def slice_configs(cfg: dict, rows: pd.DataFrame, keys: list[str]) -> list[config.Config | None]:
+    """For each row, the output dir's config (`cfg`, a plain dict) with the row's values of `keys` set; None where
+    that is no valid config (a slice value the row leaves empty)."""
     base = config.to_dict(config.from_layers([_without_sections(cfg)], check_device=False))
-    values = []
+    configs = []
     for _, row in rows.iterrows():
-        point = {key: _plain(row[key]) for key in slice_keys}
         try:
-            slice_cfg = config.with_point(base, point, check_device=False)
-            values.append(task_of(slice_cfg).theory(slice_cfg.task).get(metric))
+            configs.append(config.with_point(base, {key: _plain(row[key]) for key in keys}, check_device=False))
         except ConfigError:
-            values.append(None)
-    return values
+            configs.append(None)
+    return configs
 
 
 def _curves(trials: list[Path], finished: pd.DataFrame, task: Task) -> list[Section]:
@@ -217,7 +224,8 @@ def _curves(trials: list[Path], finished: pd.DataFrame, task: Task) -> list[Sect
         x = pd.to_numeric(finished[axis], errors="coerce").to_numpy()
         figure = figures.against(x, {m: pd.to_numeric(finished[m], errors="coerce").to_numpy() for m in shown},
                                  task.diversity_label or axis)
-        sections.append(Section(f"Final metrics against {axis}, one point per trial", image_png=figures.png_bytes(figure),
+        sections.append(Section(f"Final metrics against {axis}, one point per trial",
+                                image_png=figures.png_bytes(figure),
                                 alt=f"final metrics against {axis}"))
     runs = {trial.name: read_jsonl(trial / "metrics.jsonl") for trial in trials}
     runs = {name: records for name, records in runs.items() if records}
@@ -240,12 +248,13 @@ def _gallery(trials: list[Path], kind: str, cfg: dict | None, task: Task) -> lis
     with_arrays = [t for t in trials if (t / "attention.npz").exists()]
     if not with_arrays:
         return []
-    chosen = with_arrays if kind == "train" else _spread(with_arrays, task)
+    first_axis = next(iter(((cfg or {}).get("sweep") or {}).get("axes", [])), {}).get("key")
+    chosen, spread_over = (with_arrays, "") if kind == "train" else _spread(with_arrays, task, first_axis)
     parts = []
     for trial in chosen:
         with np.load(trial / "attention.npz") as npz:
             arrays = dict(npz)
-        trial_cfg = _config(trial / "config.yaml") or cfg
+        trial_cfg = read_config(trial / "config.yaml") or cfg
         if trial_cfg is None:
             continue
         result = read_json(trial / "result.json") or {}
@@ -255,24 +264,41 @@ def _gallery(trials: list[Path], kind: str, cfg: dict | None, task: Task) -> lis
         heading = None if kind == "train" else trial.name + (f" ({facts})" if facts else "")
         parts.append(gallery(drawn, heading))
     title = "Attention gallery (attention.npz)" if kind == "train" else \
-        f"Attention gallery: {len(chosen)} of {len(with_arrays)} trials, from most to least diverse"
+        f"Attention gallery: {len(chosen)} of {len(with_arrays)} trials, {spread_over}"
     return [Section(title, html=f"<p>{html.escape(task.figure_note)}</p>\n" + "\n".join(parts))]
 
 
-def _spread(trials: list[Path], task: Task) -> list[Path]:
-    """Up to GALLERY_TRIALS trials evenly spread over the task's diversity measure, the most diverse first."""
+def _spread(trials: list[Path], task: Task, first_axis: str | None = None) -> tuple[list[Path], str]:
+    """Up to GALLERY_TRIALS trials evenly spread over the task's diversity measure, the most diverse first; where
+    every trial has the same measure (a grid over something else), one trial per value of the grid's first axis
+    first. With how they were chosen, for the gallery's title."""
     sign = 1.0 if task.small_is_diverse else -1.0
 
     def measure(trial: Path) -> float:
         records = read_jsonl(trial / "metrics.jsonl")
         value = records[-1].get(task.diversity_axis) if records else None
-        return sign * value if value is not None else float("inf")
+        return sign * value if isinstance(value, (int, float)) and math.isfinite(value) else math.inf
 
-    ordered = sorted(trials, key=lambda t: (measure(t), t.name))
+    measures = {trial: measure(trial) for trial in trials}
+    ordered = sorted(trials, key=lambda t: (measures[t], t.name))
+    said = "from most to least diverse"
     if len(ordered) <= GALLERY_TRIALS:
-        return ordered
+        return ordered, said
+    if first_axis and len(set(measures.values())) == 1:
+        one_per_value = {}
+        for trial in ordered:
+            one_per_value.setdefault(str(_dotted(read_config(trial / "config.yaml") or {}, first_axis)), trial)
+        firsts = list(one_per_value.values())
+        return (firsts + [t for t in ordered if t not in firsts])[:GALLERY_TRIALS], f"one per value of {first_axis}"
     picks = np.linspace(0, len(ordered) - 1, GALLERY_TRIALS).round().astype(int)
-    return [ordered[i] for i in dict.fromkeys(picks.tolist())]
+    return [ordered[i] for i in dict.fromkeys(picks.tolist())], said
+
+
+def _dotted(cfg: dict, key: str):
+    """The value at a dotted key of a plain config dict (None where it has none)."""
+    for part in key.split("."):
+        cfg = cfg.get(part) if isinstance(cfg, dict) else None
+    return cfg
 
 
 def _table_columns(out: Path, frame: pd.DataFrame, task: Task) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
+from trainables.io import atomic_write
 from trainables.tasks import Panel, Task
 
 WORKSPACE_NAME = "headsweep: diversity vs induction heads"
@@ -78,14 +79,9 @@ def specs(task: Task, entity: str, project: str, group: str | None = None) -> di
 
 
 def write_specs(out: Path, task: Task, entity: str, project: str, group: str | None = None) -> list[Path]:
-    """workspace.json and report.json in `out`."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, spec in specs(task, entity, project, group).items():
-        path = out / f"{name}.json"
-        path.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
-        paths.append(path)
-    return paths
+    """workspace.json and report.json in the directory `out`."""
+    return [atomic_write(out / f"{name}.json", json.dumps(spec, indent=2, sort_keys=True) + "\n")
+            for name, spec in specs(task, entity, project, group).items()]
 
 
 def push(task: Task, entity: str, project: str, group: str | None = None) -> dict[str, str]:

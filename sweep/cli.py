@@ -1,4 +1,4 @@
-"""`headsweep <verb> CONFIG [key=value ...] --out DIR`: train, grid, search, report and dashboard.
+"""`headsweep <verb> CONFIG [key=value ...] --out DIR`: train, grid, search, report, compare and dashboard.
 
 Bad input (unknown key, wrong type, impossible values, a GPU that is not there) is one line on stderr naming the key
 and the reason, exit code 2, and nothing written. Heavy imports (torch, Ray, Optuna, W&B) happen inside the verbs,
@@ -42,13 +42,17 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("overrides", nargs="*", help="dotlist overrides; search.* ones change the search itself")
     search.add_argument("--out", required=True, type=Path, help="output directory (re-running resumes the studies)")
     search.add_argument("--study", help="study name prefix (default: the config's name); one study per slice")
-    search.add_argument("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db (default: "
-                                          "DIR/study.journal)")
+    search.add_argument("--storage", help="Optuna storage: a database URL, e.g. postgresql://user:password@host/db, "
+                                          "or a journal file path (default: DIR/study.journal)")
     search.add_argument("--extend", type=int, default=0, help="add N completed trials to each slice's budget")
     search.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
 
     report = verbs.add_parser("report", help="(re)build report.html of a train, grid or search output dir")
     report.add_argument("dir", type=Path, metavar="DIR", help="an output dir of headsweep train, grid or search")
+
+    compare = verbs.add_parser("compare", help="the thresholds of several searches against the theory, one figure")
+    compare.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="output dirs of headsweep search")
+    compare.add_argument("--out", required=True, type=Path, help="the figure (.png); its points go beside it (.csv)")
 
     dashboard = verbs.add_parser("dashboard", help="build the W&B workspace and report (JSON; --push saves)")
     dashboard.add_argument("--entity", required=True, help="W&B entity (user or team) that owns the project")
@@ -74,7 +78,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
-        return {"train": _train, "grid": _grid, "search": _search, "report": _report,
+        return {"train": _train, "grid": _grid, "search": _search, "report": _report, "compare": _compare,
                 "dashboard": _dashboard}[args.verb](args)
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
@@ -82,9 +86,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(args) -> int:
-    from dashboards import report
     from trainables import config
-    from trainables.io import claim_out, read_json
+    from trainables.io import claim_out, create_out, read_json
     from trainables.logger import trial_logger
     from trainables.tasks import task_of
     from trainables.train import save, train
@@ -97,13 +100,14 @@ def _train(args) -> int:
         print(f"already finished: {_summary(read_json(out / 'result.json'), headline)}  [{out}]")
         return 0
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(resolved)
+    create_out(out, resolved)
     (out / "metrics.jsonl").unlink(missing_ok=True)  # an unfinished earlier attempt restarts from step 0
     with trial_logger(cfg, out) as logger:
         result = train(cfg, logger)
         logger.summary(result.metrics)
     save(result, out)
+    from dashboards import report  # pandas and matplotlib: only once there is something to report
+
     report.build(out)
     print(f"{_summary(result.metrics, headline)}  [{out}]")
     return 0
@@ -128,6 +132,14 @@ def _report(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    from dashboards.compare import compare
+
+    figure, table = compare(args.dirs, args.out)
+    print(f"wrote {figure}, {table}")
+    return 0
+
+
 def _dashboard(args) -> int:
     from trainables.logger import resolve_wandb_mode
     from trainables.tasks import DEFAULT, TASKS
@@ -146,7 +158,9 @@ def _dashboard(args) -> int:
             raise ConfigError("--push", f"cannot reach W&B ({why}); run without --push to write the JSON specs")
 
     from dashboards import workspace
+    from trainables.io import create_out
 
+    create_out(args.out)
     paths = workspace.write_specs(args.out, task, args.entity, args.project, args.group)
     print("wrote " + ", ".join(str(p) for p in paths))
     if args.push:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from dashboards import report
-from sweep import space, tuner
+from sweep import preflight, space, tuner
 from trainables import config
-from trainables.io import atomic_write, claim_out, read_json
+from trainables.io import atomic_write, claim_out, create_out, read_json
 from trainables.tasks import task_of
 
 FIRST_COLUMNS = ["trial", "status", "error", "seconds"]
@@ -25,12 +25,13 @@ def run(config_path: str, overrides: list[str], out: Path, address: str | None) 
     claim_out(out, resolved)
     tuner.connect(address)
     tuner.check_resources(sweep.resources)
+    trials = tuner.grid_plan(base, sweep, points, out)
+    preflight.check_shared_storage(out)
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(resolved)
+    create_out(out, resolved)
     errors = {}
     try:
-        errors = tuner.run(base, sweep, points, out, summary=lambda: _generalized(out))
+        errors = tuner.run(base, sweep, trials, out, summary=lambda: _generalized(out))
     finally:  # even when interrupted: what finished is in results.csv and the report
         frame = collect(tuner.members(points, out), errors)
         atomic_write(out / "results.csv", frame.to_csv(index=False))
@@ -64,4 +65,5 @@ def collect(members: list[dict], errors: dict[str, str]) -> pd.DataFrame:
         rows.append(point | row)
     frame = pd.DataFrame(rows)
     keys = list(members[0]["point"]) if members else []
-    return frame[keys + FIRST_COLUMNS + [c for c in frame.columns if c not in keys + FIRST_COLUMNS]]
+    # reindex: a grid interrupted before any trial finished has no `seconds` yet
+    return frame.reindex(columns=keys + FIRST_COLUMNS + [c for c in frame.columns if c not in keys + FIRST_COLUMNS])

@@ -16,7 +16,7 @@ from typing import Any
 
 from trainables import config
 from trainables.errors import ConfigError, require
-from trainables.io import read_json
+from trainables.io import ERROR_FILE, read_json
 from trainables.tasks import task_of
 
 
@@ -157,6 +157,12 @@ def trial_dir(out: Path, point: dict[str, Any]) -> Path:
 def read_result(point: dict[str, Any], out: Path) -> dict | None:
     """The result.json of the trial of `point` under out/trials, or None if it never finished."""
     return read_json(trial_dir(out, point) / "result.json")
+
+
+def read_error(point: dict[str, Any], out: Path) -> str:
+    """Why the last attempt of the trial of `point` failed ('' if none did, or it left no word: a killed worker)."""
+    path = trial_dir(out, point) / ERROR_FILE
+    return path.read_text().strip() if path.is_file() else ""
 
 
 def point_id(point: dict[str, Any]) -> str:

@@ -1,27 +1,33 @@
 """Ray Tune wiring for grids and searches: cluster, resources, packing, failure handling, restore, progress.
 
 Ray starts in-process on this machine unless an address is given (`--address`, or RAY_ADDRESS as set by
-`ray job submit`). Points become members of Tune trials of trainables.trainable.run_trial, several of one shape per
-trial (`pack`). A grid is one Tune run over a fixed plan (resumable); a search is one Tune run whose search algorithm
-asks the search's rounds for what to train next.
+`ray job submit`); a local Ray serves this process alone: its servers listen on 127.0.0.1 only, with token auth on.
+Points become members of Tune trials of trainables.trainable.run_trial, several of one shape per trial (`pack`). A
+grid is one Tune run over a fixed plan (resumable); a search is one Tune run whose search algorithm asks the
+search's rounds for what to train next.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
+import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
 import ray
+import ray._private.ray_constants as ray_constants
 from ray import tune
 from ray.tune.search import Searcher
 
 from sweep.progress import ProgressView
 from sweep.space import point_id, trial_dir
-from trainables import config
+from trainables import config, memory
 from trainables.errors import ConfigError
 from trainables.io import read_json, write_json
+from trainables.models import MODELS
 from trainables.population import pack_key
 from trainables.trainable import run_trial
 
@@ -29,6 +35,7 @@ EXPERIMENT = "grid"
 PLAN_FILE = "grid_plan.json"  # trial id -> its members, as the grid first planned them
 TRIALS_PER_SLOT = 4  # auto packing: about this many Tune trials per slot the cluster can run at once
 MAX_AUTO_PACK = 64  # auto packing never puts more members than this in one trial
+LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's node IP is 127.0.0.1 (docs/CLUSTER.md)
 
 
 def connect(address: str | None) -> None:
@@ -41,9 +48,43 @@ def connect(address: str | None) -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # Snapshots after each checkpoint are what makes a killed grid resumable; Tune's warning about them is noise.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False if not address else None, log_to_driver=False,
-                 configure_logging=False)
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    else:
+        _start_local()
+
+
+def _start_local() -> None:
+    """Ray in this process, for this process alone: every server on 127.0.0.1, token authentication on."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() != "token":
+        raise ConfigError("RAY_AUTH_MODE", f"is {mode!r}, but a local Ray always runs with token authentication: "
+                                           "unset it (or set it to token)")
+    # Unset, Ray 2.60 turns token auth on for a new local Ray (creating ~/.ray/auth_token once) and tells this process;
+    # setting it here would come too late: this process read the mode when it imported ray. Its notice of that ends
+    # "set RAY_AUTH_MODE=disabled to opt out", which headsweep refuses: not shown.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    with _loopback_only():
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+
+@contextmanager
+def _loopback_only():
+    """While a local Ray starts, make its node IP 127.0.0.1: Ray binds its servers to loopback for that IP and to every
+    interface for any other. Each process Ray starts reads LOOPBACK_VAR; this one read it on import, so its copy is
+    set too. Both are put back after: a later join of another cluster from this process needs the machine's IP."""
+    saved_var, saved_flag = os.environ.get(LOOPBACK_VAR), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_var is None:
+            os.environ.pop(LOOPBACK_VAR, None)
+        else:
+            os.environ[LOOPBACK_VAR] = saved_var
 
 
 def check_resources(resources) -> None:
@@ -62,19 +103,47 @@ def members(points: list[dict], out: Path, job_type: str = "grid") -> list[dict]
     return [{"point": point, "dir": str(trial_dir(out, point)), "job_type": job_type} for point in points]
 
 
-def plan(base_dict: dict, all_members: list[dict], pack: int) -> dict[str, list[dict]]:
+def plan(base_dict: dict, all_members: list[dict], pack: int, gpu: float,
+         pack_setting: str = "sweep.pack") -> dict[str, list[dict]]:
     """Tune trial id -> its members: members of one shape (population.pack_key) in chunks of `pack`, in point order.
-    The ids are a function of the points and `pack`, so a restored experiment finds its trials again."""
+    The ids are a function of the points and `pack`, so a restored experiment finds its trials again. A trial must
+    fit in the memory of the cluster's largest node, and a member on cuda needs `gpu` > 0 per trial (Ray hides the
+    GPUs from a trial that asks for none): else ConfigError."""
+    section = pack_setting.split(".")[0]
     groups: dict[tuple, list[dict]] = {}
+    largest: dict[tuple, tuple[dict[str, int], config.Config]] = {}  # per shape: the largest member's needs, config
+    vectorized: dict[tuple, bool] = {}  # else its members run one after another in their trial
     for member in all_members:
         cfg = config.with_point(base_dict, member["point"], check_device=False)
-        groups.setdefault(pack_key(cfg), []).append(member)
+        if cfg.device == "cuda" and not gpu:
+            raise ConfigError("device", f"cuda needs {section}.resources.gpu > 0: Ray hides the GPUs from trials that "
+                                        "ask for none")
+        key = pack_key(cfg)
+        groups.setdefault(key, []).append(member)
+        needs = memory.needs(cfg)
+        if key not in largest or max(needs.values()) > max(largest[key][0].values()):
+            largest[key] = needs, cfg
+        vectorized[key] = MODELS[cfg.model.name].vectorize
     trials = {}
-    for group in groups.values():
+    for key, group in groups.items():
+        check_memory(min(pack, len(group)) if vectorized[key] else 1, *largest[key], pack_setting)
         for start in range(0, len(group), pack):
             chunk = group[start:start + pack]
             trials[point_id(chunk[0]["point"]) + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")] = chunk
     return trials
+
+
+def check_memory(members: int, peaks: dict[str, int], cfg: config.Config, pack_setting: str) -> None:
+    """Fail before anything runs if `members` trained as one population (each needing `peaks`: bytes at the peak per
+    batch key, memory.needs(cfg)) exceed what Ray gives tasks on the cluster's largest node: naming the batch key
+    when one member alone cannot fit, else `pack_setting`."""
+    room = max(n["Resources"].get("memory", 0) for n in ray.nodes() if n.get("Alive"))
+    memory.refuse_beyond(peaks, room, "the largest node gives trials", cfg)
+    peak = max(peaks.values())
+    if members * peak > room:
+        raise ConfigError(pack_setting, f"{members} members per trial need about {members * peak / memory.GIB:.2f} "
+                                        f"GiB together, but the largest node gives trials {room / memory.GIB:.2f} "
+                                        f"GiB; set it to at most {max(1, int(room // max(peak, 1)))}")
 
 
 def members_per_trial(section, n_members: int) -> int:
@@ -90,29 +159,33 @@ def members_per_trial(section, n_members: int) -> int:
     return max(1, min(MAX_AUTO_PACK, math.ceil(n_members / (TRIALS_PER_SLOT * slots))))
 
 
-def run(base: config.Config, section, points: list[dict], out: Path, summary: Callable[[], str] = lambda: "",
-        job_type: str = "grid") -> dict[str, str]:
-    """Train every point in one Tune run, resuming the experiment out/ray/grid if there is one; Ray must be
-    connected. Returns the error of every point whose trial failed for good, by point id.
+def grid_plan(base: config.Config, section, points: list[dict], out: Path, job_type: str = "grid"
+              ) -> dict[str, list[dict]]:
+    """The grid's Tune trials (trial id -> members), writing nothing: the plan kept beside a resumable experiment,
+    so a resumed grid finds the same trials even where `pack: 0` would now choose differently (another cluster),
+    else a new plan (which raises ConfigError for a population that cannot fit). Ray must be connected."""
+    plan_file = out / "ray" / PLAN_FILE
+    if tune.Tuner.can_restore(str(_experiment(out))) and plan_file.exists():
+        return read_json(plan_file)
+    everyone = members(points, out, job_type)
+    return plan(_base_dict(base, section), everyone, members_per_trial(section, len(everyone)), section.resources.gpu)
+
+
+def run(base: config.Config, section, trials: dict[str, list[dict]], out: Path,
+        summary: Callable[[], str] = lambda: "") -> dict[str, str]:
+    """Train the planned trials (grid_plan) in one Tune run, resuming the experiment out/ray/grid if there is one.
+    Returns the error of every point whose trial failed for good, by point id.
 
     section: the grid's or the search's (resources, pack, max_concurrent, max_failures). Members whose result.json
-    exists are reported, not re-run, whatever Tune's own state says.
+    exists are reported, not re-run, whatever Tune's own state says. The plan travels once through the object
+    store; a trial's own config is just its id, which keeps Tune's trial directories readable.
     """
-    base_dict = _base_dict(base, section)
-    everyone = members(points, out, job_type)
-    experiment = (out / "ray" / EXPERIMENT).resolve()
+    base_dict, experiment = _base_dict(base, section), _experiment(out)
     restoring = tune.Tuner.can_restore(str(experiment))
-    # The plan is kept beside the experiment: a resumed grid must find the same trials even where `pack: 0` would
-    # now choose differently (another cluster). It travels once through the object store; a trial's own config is
-    # just its id, which keeps Tune's trial directories readable.
-    plan_file = out / "ray" / PLAN_FILE
-    trials = read_json(plan_file) if restoring and plan_file.exists() else None
-    if trials is None:
-        trials = plan(base_dict, everyone, members_per_trial(section, len(everyone)))
-        write_json(plan_file, trials)
+    write_json(out / "ray" / PLAN_FILE, trials)
     trainable = _trainable(base_dict, section, trials)
     param_space = {"trial": tune.grid_search(list(trials))}
-    view = ProgressView(base.name, out, len(everyone), summary)
+    view = ProgressView(base.name, out, sum(map(len, trials.values())), summary)
     if restoring:
         # Finished trials are kept; unfinished and errored ones continue from their last checkpoint. The param
         # space is given again: a driver killed before Tune generated every trial left variants still to generate.
@@ -129,11 +202,13 @@ def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: 
                summary: Callable[[], str] = lambda: "", job_type: str = "search") -> None:
     """Train what `rounds` yields, round after round, in one Tune run: each round's points become trials (packed as
     run() packs them), and the generator is resumed (to tell, then ask the next round) only once all of them ended.
-    A new experiment every time: a resumed search rebuilds its rounds from its studies and result files."""
+    A new experiment every time: a resumed search rebuilds its rounds from its studies and result files. Its name
+    carries the host and pid: two drivers of one search started in the same second must not share it."""
     base_dict = _base_dict(base, section)
-    pack = lambda points: plan(base_dict, members(points, out, job_type),
-                               members_per_trial(section, len(points)))
-    experiment = (out / "ray" / f"search-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    pack = lambda points: plan(base_dict, members(points, out, job_type), members_per_trial(section, len(points)),
+                               section.resources.gpu, "search.pack")
+    name = f"search-{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-{os.getpid()}"
+    experiment = (out / "ray" / name).resolve()
     tune_config = _tune_config(section)
     tune_config.search_alg, tune_config.num_samples = _Rounds(rounds, pack), -1  # -1: until the rounds are over
     view = ProgressView(base.name, out, None, summary)
@@ -156,6 +231,8 @@ class _Rounds(Searcher):
             points = next(self.rounds, None)
             if points is None:
                 return Searcher.FINISHED
+            if not points:  # other drivers train what is left: ask the rounds again at Tune's next call
+                return None
             self.queue = list(self.pack(points).items())
         if not self.queue:
             return None  # the round's last trials are still running
@@ -176,6 +253,10 @@ class _Rounds(Searcher):
 
     def restore(self, checkpoint_path: str) -> None:
         pass
+
+
+def _experiment(out: Path) -> Path:
+    return (out / "ray" / EXPERIMENT).resolve()
 
 
 def _base_dict(base: config.Config, section) -> dict:

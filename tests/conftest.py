@@ -1,4 +1,5 @@
-"""Shared test helpers: the repo's configs by path, and a tiny config loader."""
+"""Shared test helpers: the repo's configs by path, a tiny config loader, and metrics compared across runs."""
+import math
 import os
 from pathlib import Path
 
@@ -16,3 +17,20 @@ CONFIGS = ROOT / "configs"
 def load_config():
     """load_config("debug.yaml", "seed=1", ...) -> validated Config."""
     return lambda name, *overrides: config.load(CONFIGS / name, list(overrides))
+
+
+def assert_same_metrics(got: dict, expected: dict, rel: float = 1e-5) -> None:
+    """Two runs' final metrics agree (to float tolerance), a packed, resumed or retried run against one that ran alone
+    and uninterrupted; what only says how the run went (wall-clock seconds, the step it resumed from) aside. A
+    result.json writes a non-finite value as null. `rel`: wider where the two ran in different processes."""
+    bookkeeping = {"seconds", "resumed_from_step"}
+    assert set(got) - bookkeeping == set(expected) - bookkeeping
+    for key, value in expected.items():
+        if key in bookkeeping:
+            continue
+        if isinstance(value, float) and math.isfinite(value):
+            assert got[key] == pytest.approx(value, rel=rel, abs=1e-5), key
+        elif isinstance(value, float):
+            assert got[key] is None or not math.isfinite(got[key]), key
+        else:
+            assert got[key] == value, key

@@ -21,11 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf import errors as oc_errors
 from omegaconf._utils import get_omega_conf_dumper
 
+from trainables import memory
 from trainables.errors import ConfigError, require
 from trainables.logger import LoggingConfig
 from trainables.models import MODELS
 from trainables.optim import OptimConfig
-from trainables.tasks import TASKS, task_of
+from trainables.tasks import TASKS, task_of, threshold_problem
 from trainables.train import EvalConfig
 
 DEVICES = ("cpu", "cuda")
@@ -52,9 +53,15 @@ ORCHESTRATION_SECTIONS = ("sweep", "search")
 def load(path: str | Path | None = None, overrides: list[str] = (), check_device: bool = True) -> Config:
     """Schema defaults <- YAML file <- `key=value` overrides, then validate(). Raises ConfigError on bad input.
 
-    `sweep:` and `search:` sections are dropped here (sweep/ reads them with read_layers + merge_checked), so a grid
-    or search config also trains its base point with `headsweep train`.
+    `sweep:` and `search:` sections of the file are dropped here (sweep/ reads them with load_section), so a grid or
+    search config also trains its base point with `headsweep train`; an override of one is refused, since nothing
+    would read it.
     """
+    for item in overrides:  # load_section took its own section's overrides; any left would be silently dropped
+        key = item.partition("=")[0]
+        if key.partition(".")[0] in ORCHESTRATION_SECTIONS:
+            raise ConfigError(key, f"this verb does not read a {key.partition('.')[0]}: section (headsweep grid reads "
+                                   "sweep.*, headsweep search reads search.*)")
     layers = [_without(layer, ORCHESTRATION_SECTIONS) for layer in read_layers(path, overrides)]
     return from_layers(layers, check_device)
 
@@ -93,7 +100,7 @@ def load_section(path: str | Path, overrides: list[str], name: str, schema: type
     """The base trial config and an orchestration section (`sweep:`, `search:`) typed by `schema`: `<name>.*`
     overrides go to the section, the others to the base config."""
     layers = read_layers(path, overrides)
-    base = load(path, [o for o in overrides if not o.startswith(f"{name}.")], check_device=False)
+    base = load(path, [o for o in overrides if o.partition("=")[0].partition(".")[0] != name], check_device=False)
     sections = [OmegaConf.create(layer[name]) for layer in layers if name in layer]
     return base, OmegaConf.to_object(merge_checked(schema(), sections, prefix=f"{name}."))
 
@@ -182,7 +189,7 @@ def validate(cfg: Config, check_device: bool = True) -> None:
 
     Each part validates itself: the task its data model, the model itself against the task's vocabulary and context,
     `optim` when the model trains by it, `eval` and `logging`. check_device=False skips the "is there a GPU here"
-    check, for a driver that schedules trials onto other machines.
+    and memory checks, for a driver that schedules trials onto other machines.
     """
     task, spec = task_of(cfg), MODELS[cfg.model.name]
     require(
@@ -198,4 +205,8 @@ def validate(cfg: Config, check_device: bool = True) -> None:
     if spec.uses_optim:
         cfg.optim.validate()
     cfg.eval.validate()
+    problem = threshold_problem(task.success_metric, cfg.eval.threshold, task.success_above)
+    require(("eval.threshold", problem is None, problem))
     cfg.logging.validate()
+    if check_device:  # a driver scheduling onto other machines checks the population it packs (sweep/tuner.py)
+        memory.check(cfg)

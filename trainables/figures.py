@@ -22,6 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from trainables.io import atomic_write
 
@@ -86,7 +87,8 @@ def heatmap_image(values: np.ndarray, vmin: float, vmax: float, cmap: str = "vir
 
 # --- a trial's arrays -----------------------------------------------------------------------------------------------
 
-def attention_rows(attention: np.ndarray, ends: np.ndarray, row_labels: list[str], marks: list[tuple], title: str) -> Figure:
+def attention_rows(attention: np.ndarray, ends: np.ndarray, row_labels: list[str], marks: list[tuple],
+                   title: str) -> Figure:
     """Attention paid by one query per example (rows) to every key position (columns).
 
     attention (k, T); ends (k,): each row's query index (later positions are padding, left blank); marks: (positions
@@ -231,10 +233,13 @@ def curves(runs: dict[str, list[dict]], metrics: tuple[str, ...], colour_by: dic
 
 def against(x: np.ndarray, ys: dict[str, np.ndarray], x_label: str) -> Figure:
     """One scatter panel per metric: a final value per trial against `x` (e.g. the max-sum ratio), where a phase
-    transition shows as a step."""
+    transition shows as a step. Metrics in [0, 1] (accuracies, rates) get the whole interval as their y range, so
+    that 0.97 against 0.98 does not look like a step."""
     fig = new_figure(3.6 * len(ys) + 0.4, 3.2)
     axes = fig.subplots(1, len(ys), squeeze=False)[0]
     for ax, (metric, y) in zip(axes, ys.items()):
+        if metric.endswith(UNIT_INTERVAL_SUFFIXES):
+            ax.set_ylim(-0.03, 1.03)
         ax.scatter(x, y, s=18, alpha=0.8)
         ax.set_title(metric, fontsize="medium")
         ax.set_xlabel(x_label)
@@ -287,7 +292,7 @@ def phase_diagram(results: pd.DataFrame, x: str, y: str, metric: str, ratio_leve
         if panels:
             ax.set_title(", ".join(f"{k} = {_fmt(v)}" for k, v in zip(panels, combo)), fontsize="medium")
     fig.colorbar(image, ax=list(axes[:len(combos)]), label=f"{metric} (mean over seeds)", shrink=0.9)
-    fig.suptitle(f"{metric} over {x} \u00d7 {y}")
+    fig.suptitle(f"{metric} over {short_key(x)} \u00d7 {short_key(y)}")  # the axes name the full keys
     return fig
 
 
@@ -300,7 +305,8 @@ def cell_means(rows: pd.DataFrame, x: str, y: str, metric: str, xs, ys) -> np.nd
 
 def search_traces(figure: Figure, finished: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[str], knob: str):
     """On a phase diagram of a search's evaluations (x = first slice key, y = knob, panels = the other slice keys):
-    each slice's evaluations numbered in order ("2,5": evaluated second, re-checked fifth) and its diversity* starred."""
+    each slice's evaluations numbered in order ("2,5": evaluated second, re-checked fifth) and its diversity*
+    starred."""
     x_key, panel_keys = slice_keys[0], slice_keys[1:]
     xs = list(np.sort(finished[x_key].unique()))
     ys = list(np.sort(finished[knob].unique()))
@@ -337,6 +343,42 @@ def threshold(minimal: pd.DataFrame, slice_keys: list[str], metric: str, theory:
             ax.axhline(value, color=line.get_color(), linestyle="--", linewidth=1, label=f"theory {value:.3g}")
     ax.set_xlabel(x_key)
     ax.set_ylabel(f"{metric} at diversity*")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
+    """Measured thresholds of several searches on one plot: `metric` at diversity* of each slice (y) against the
+    theory's reference value for that slice (x; both axes log), y = x dashed. points: columns `search`, `theory`,
+    `measured` (NaN where the slice found no threshold) and optionally `bound` (for such a slice, `metric` at the
+    last value that failed: drawn hollow, pointing down, as the threshold lies beyond it)."""
+    fig = new_figure(6, 4.5, dpi=110)
+    ax = fig.subplots()
+    searches = list(dict.fromkeys(points["search"]))
+    for index, name in enumerate(searches):
+        marker = "osD^<>ph"[index % 8]
+        rows = points[points["search"] == name]
+        found = rows[rows["measured"].notna() & rows["theory"].notna()]
+        spread = 1 + 0.04 * (index - (len(searches) - 1) / 2)  # side by side at the same theory value
+        dots = ax.scatter(found["theory"] * spread, found["measured"], marker=marker, s=40, alpha=0.8,
+                          label=f"{name} ({len(found)} of {len(rows)} slices found a threshold)")
+        bounds = rows[rows["measured"].isna() & rows["theory"].notna()].get("bound", pd.Series(dtype=float)).dropna()
+        if len(bounds):
+            ax.scatter(rows.loc[bounds.index, "theory"] * spread, bounds, marker="v", s=40, facecolors="none",
+                       edgecolors=dots.get_facecolor()[0], label=f"{name}: no threshold, at the widest value tried")
+    known = points["theory"].dropna()
+    if len(known):
+        line = np.geomspace(known.min() / 1.3, known.max() * 1.3, 50)
+        ax.plot(line, line, "k--", linewidth=1, label="theory's scale (y = x)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")  # y = x straight
+        ticks = sorted(set(known))
+        ax.set_xticks(ticks, [_fmt(t) for t in ticks])
+        ax.minorticks_off()
+        ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 3, 5)))  # 0.2, 0.3, 0.5, 1: a decade is all some y span
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _fmt(round(value, 6))))
+    ax.set_xlabel(f"theory's reference value of {metric}")
+    ax.set_ylabel(f"measured {metric} at diversity*")
     ax.legend(fontsize="small")
     return fig
 

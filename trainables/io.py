@@ -2,25 +2,29 @@
 text form of a distribution in CSV cells.
 
 Readers of an output directory (sweeps, reports, a person's browser) may look at any moment, also while a trial is
-being killed, so every file appears whole or not at all: written aside, then renamed over the old one.
+being killed, so every file appears whole or not at all: written aside, then renamed over the old one. Two
+processes may write the same file (two drivers of one search): each writes aside under its own name, the last rename
+wins whole.
 """
 from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Callable, IO
 
 from trainables.errors import ConfigError
 
 FINISHED = ("completed", "early_stopped", "diverged")  # statuses of a trial that ran to its end (any result.json)
+ERROR_FILE = "error.txt"  # in a trial's directory: why its last attempt failed (removed once it finishes)
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[IO[bytes]], None]) -> Path:
     """Write `data` (text, bytes, or a function that writes into a binary file) to `path` all at once."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
+    partial = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.partial")  # writers never share it
     try:
         with open(partial, "wb") as f:
             if callable(data):
@@ -35,9 +39,24 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[IO[bytes
 
 def claim_out(out: Path, resolved_config: str) -> None:
     """Re-running a verb on the same --out resumes it; another config there would mix two experiments: refused."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ConfigError("--out", f"{out} is a file, not a directory")
     existing = Path(out) / "config.yaml"
     if existing.exists() and existing.read_text() != resolved_config:
         raise ConfigError("--out", f"{out} holds the results of a different config; choose another directory")
+
+
+def create_out(out: Path, resolved_config: str | None = None) -> None:
+    """Create --out (with its config.yaml): the first write of every verb, so a place that cannot be written is bad
+    input (one line) with nothing started."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ConfigError("--out", f"{out} is a file, not a directory")
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        if resolved_config is not None:
+            atomic_write(Path(out) / "config.yaml", resolved_config)
+    except OSError as e:
+        raise ConfigError("--out", f"cannot write {out}: {e.strerror or e}") from None
 
 
 def write_json(path: str | os.PathLike, data: dict) -> Path:

@@ -55,9 +55,9 @@ class Stack:
                         [state.phases[index].optimizer.state_dict() for state in states]))
         self.frozen: dict[int, dict[str, torch.Tensor]] = {}  # slot -> parameters of a member that stopped
 
-    def step(self, batches: dict[int, Batch]) -> dict[int, bool]:
+    def step(self, batches: dict[int, Batch]) -> dict[int, float]:
         """One optimizer step of the current phase for the members in `batches` (slot -> its batch; every other
-        member is frozen): per slot, whether its loss was finite (a member whose loss is not finite takes no step)."""
+        member is frozen): per slot, its loss (a member whose loss is not finite takes no step)."""
         slots = sorted(batches)
         optimizer = self.optimizers[self.states[slots[0]].phase_index()]
         for state in self.states:
@@ -70,16 +70,14 @@ class Stack:
         if live.any():
             optimizer.step()
         self._restore_frozen()
-        ok = {}
         for slot in slots:
-            ok[slot] = bool(finite[slot])
-            if ok[slot]:
+            if finite[slot]:
                 state = self.states[slot]
                 state.step += 1
                 state.loss_sum += losses[slot].item() * counts[slot].item()
                 state.hits += hits[slot].item()
                 state.count += int(counts[slot].item())
-        return ok
+        return {slot: losses[slot].item() for slot in slots}
 
     def _forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per member: mean cross-entropy over its scored positions, its correct predictions and their count."""

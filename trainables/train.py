@@ -48,8 +48,7 @@ class EvalConfig:
         require(
             *((f"eval.{k}", getattr(self, k) >= 1, "must be >= 1") for k in ("every", "n_id", "n_ood", "n_examples")),
             ("eval.patience", self.patience >= 0, "must be >= 0 (0 never stops early)"),
-            ("eval.threshold", 0 < self.threshold <= 1, "must be in (0, 1]"),
-        )
+        )  # eval.threshold is checked against the task's success metric (config.validate)
 
 
 @dataclass
@@ -78,6 +77,7 @@ class TrainState:
     stopper: EarlyStopping
     step: int = 0  # optimizer steps taken
     status: str = "completed"  # stays "completed" while running; early_stopped or diverged end the run early
+    diverged_because: str = ""  # what was not finite, and at which step
     loss_sum: float = 0.0  # training loss and hits over the scored positions since the last evaluation
     hits: float = 0.0
     count: int = 0
@@ -98,6 +98,9 @@ class TrainState:
     def phase(self) -> Phase:
         return self.phases[self.phase_index()]
 
+    def diverge(self, metric: str, value: float) -> None:
+        self.status, self.diverged_because = "diverged", f"{metric} = {value} at step {self.step}"
+
     def train_metrics(self) -> dict[str, float]:
         """`train/loss` and `train/acc` since the last call, which starts a new window."""
         metrics = {"train/loss": self.loss_sum / self.count, "train/acc": self.hits / self.count}
@@ -113,7 +116,8 @@ class Result:
 
 def seeded_generators(seed: int) -> tuple[int, torch.Generator, torch.Generator]:
     """Independent streams for initialisation, training data and evaluation data, all from the one seed."""
-    init_seed, train_seed, eval_seed = torch.randint(2**62, (3,), generator=torch.Generator().manual_seed(seed)).tolist()
+    seeds = torch.randint(2**62, (3,), generator=torch.Generator().manual_seed(seed))
+    init_seed, train_seed, eval_seed = seeds.tolist()
     return init_seed, torch.Generator().manual_seed(train_seed), torch.Generator().manual_seed(eval_seed)
 
 
@@ -138,6 +142,13 @@ def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
     state = TrainState(model, spec.phases(cfg.model, cfg.optim, model), train_generator,
                        EarlyStopping(cfg.eval.patience))
     return state, eval_sets, eval_generator
+
+
+def step(state: TrainState, batch: Batch) -> float:
+    """One optimizer step of one member on its batch (big_vision's update_fn(state, batch)): its training loss; a
+    member whose loss is not finite takes no step. train_members steps the members of a population at once on one
+    population.Stack, which for a single member is exactly this."""
+    return Stack([state]).step({0: batch})[0]
 
 
 def scored(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,11 +206,11 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
           on_checkpoint: Callable[[dict], None] | None = None) -> Result:
     """Train one model as configured and return its final metrics and arrays. The config must be validated.
 
-    on_checkpoint receives `checkpoint(...)` after every finite evaluation (before that evaluation is logged);
+    on_checkpoint receives `checkpoint(...)` after every finite evaluation, once it is logged;
     train(cfg, resume=saved) continues from it exactly: same batches, same optimizer moments, same result.
     """
-    staged = (lambda states: on_checkpoint(states[0])) if on_checkpoint else None
-    return train_members([cfg], [logger or Logger()], [resume], on_checkpoint=staged)[0]
+    first = (lambda states: on_checkpoint(states[0])) if on_checkpoint else None
+    return train_members([cfg], [logger or Logger()], [resume], on_checkpoint=first)[0]
 
 
 @dataclass
@@ -229,8 +240,9 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
     diverge, alone. Returns one Result per config, each what training it alone would give.
 
     resumes[i]: a checkpoint of member i to continue from (members resumed together are at the same step).
-    on_checkpoint receives {index: checkpoint} of the members whose evaluation was finite, after each evaluation and
-    before it is logged; on_result(index, result) is called as each member finishes.
+    on_checkpoint receives {index: checkpoint} of the members whose evaluation was finite, after each evaluation once
+    every member has logged it (a checkpoint is never ahead of a log: a retry drops the lines past the checkpoint it
+    resumes from and logs them again); on_result(index, result) is called as each member finishes.
     """
     members = [_start(i, cfg, logger, resume) for i, (cfg, logger, resume) in enumerate(zip(cfgs, loggers, resumes))]
     results: dict[int, Result] = {}
@@ -252,11 +264,11 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
                    disable=not sys.stderr.isatty(), leave=False)
         while any(m.training for m in training):
             active = {slot: m for slot, m in enumerate(training) if m.training}
-            finite = stack.step({slot: _next_batch(m) for slot, m in active.items()})
+            losses = stack.step({slot: _next_batch(m) for slot, m in active.items()})
             bar.update()
-            for slot, ok in finite.items():
-                if not ok:
-                    active[slot].state.status = "diverged"
+            for slot, loss in losses.items():
+                if not math.isfinite(loss):
+                    active[slot].state.diverge("train/loss", loss)
             _evaluate_if_due(stack, active, on_checkpoint)
             for slot, member in active.items():
                 if not member.training:
@@ -284,32 +296,33 @@ def _next_batch(member: Member) -> Batch:
 
 def _evaluate_if_due(stack: Stack, active: dict[int, Member], on_checkpoint) -> None:
     """At an evaluation step, measure every member still going: keep its last finite evaluation, decide early
-    stopping and divergence, checkpoint it (with its slice of the optimizers) when finite, then log it."""
+    stopping and divergence, log it, then checkpoint it (with its slice of the optimizers) when finite."""
     some = next(iter(active.values())).state
     if some.step % next(iter(active.values())).cfg.eval.every and some.step < some.total_steps:
         return
     measured = {slot: m for slot, m in active.items() if m.state.status == "completed"}
     stack.unstack(list(measured))
-    latest, staged = {}, {}
+    latest, states = {}, {}
     for slot, m in measured.items():
         cfg, state = m.cfg, m.state
-        latest[slot] = state.train_metrics() | evaluate(state.model, m.eval_sets, cfg) | task_of(cfg).diversity(cfg.task)
+        latest[slot] = (state.train_metrics() | evaluate(state.model, m.eval_sets, cfg)
+                        | task_of(cfg).diversity(cfg.task))
         m.history.append({"step": state.step} | latest[slot])
         if math.isfinite(latest[slot]["id/loss"]):
             m.finite = (copy.deepcopy(state.model.state_dict()), state.step, latest[slot])
             if state.stopper.should_stop(latest[slot]["id/loss"]):
                 state.status = "early_stopped"
-            staged[m.index] = checkpoint(state, latest[slot], time.perf_counter() - m.started, m.history)
-            staged[m.index]["optimizers"] = stack.optimizer_states(slot)
+            states[m.index] = checkpoint(state, latest[slot], time.perf_counter() - m.started, m.history)
+            states[m.index]["optimizers"] = stack.optimizer_states(slot)
         else:
-            state.status = "diverged"
-    if staged and on_checkpoint:
-        on_checkpoint(staged)
+            state.diverge("id/loss", latest[slot]["id/loss"])
     for slot, m in measured.items():
         m.logger.log(latest[slot], m.state.step)
         if _media_due(m):
             arrays = readouts.final(m.cfg, m.state.model, m.eval_sets["ood"], copy_generator(m.eval_generator))[0]
             m.logger.log_media(arrays, m.state.step)
+    if states and on_checkpoint:
+        on_checkpoint(states)
 
 
 def _media_due(member: Member) -> bool:
@@ -331,6 +344,8 @@ def _finish(member: Member) -> Result:
     final |= readout_metrics | task.summary(cfg.task, member.history)
     member.logger.log_media(arrays, finite_step)
     final |= {"status": state.status, "steps": finite_step, "seconds": time.perf_counter() - member.started}
+    if state.status == "diverged":  # whatever its last finite evaluation said, a diverged run does not generalize
+        final |= {"ood/success": 0.0, "diverged_because": state.diverged_because}
     return Result(final, arrays)
 
 

@@ -12,8 +12,10 @@ from sweep.search import guide
 from sweep.search.guide import GuideConfig
 from sweep.space import AxisConfig, ResourcesConfig
 from trainables import config
+from trainables.models import MODELS
 from trainables.errors import require
-from trainables.tasks import task_of
+from trainables.tasks import task_of, threshold_problem
+from trainables.train import train
 
 SAMPLERS = ("threshold", "tpe", "grid")
 
@@ -111,6 +113,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
     success, knob, tpe = search.success, search.knob, search.sampler == "tpe"
     is_key = lambda key: config.select(base, key) is not config.MISSING
     slice_keys = [axis.key for axis in search.slices]
+    threshold_issue = threshold_problem(success.metric, success.threshold, success.direction != "<=")
     checks = [
         ("search.sampler", search.sampler in SAMPLERS, f"must be one of {', '.join(SAMPLERS)}"),
         ("search.knob.key", bool(knob.key) or (tpe and bool(search.params)),
@@ -124,12 +127,15 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or search.sampler != "threshold"),
          "must be >= 1, and 1 for the threshold sampler (bisection is sequential)"),
         ("search.success.direction", success.direction in (">=", "<="), "must be >= or <="),
+        ("search.success.threshold", threshold_issue is None, threshold_issue),
         ("search.success.seeds", bool(success.seeds) and len(set(success.seeds)) == len(success.seeds),
          "needs at least one seed, each once"),
         ("search.success.min_seeds", 1 <= success.min_seeds <= len(success.seeds), "must be in 1..len(seeds)"),
         ("search.budget.per_slice", search.budget.per_slice >= 1, "must be >= 1"),
         ("search.budget.total", search.budget.total >= 0, "must be >= 0"),
         ("search.pack", search.pack >= 0, "must be >= 0 (0 = auto)"),
+        ("device", base.device != "cuda" or search.resources.gpu > 0,
+         "cuda needs search.resources.gpu > 0: Ray hides the GPUs from trials that ask for none"),
     ]
     for i, param in enumerate(search.params):
         where = f"search.params[{i}]"
@@ -143,6 +149,20 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ]
     checks += [(f"search.reference.{key}", is_key(key), "is not a key of the trial config") for key in search.reference]
     require(*checks)
+    reported = reported_metrics(base)
+    require(*((f"search.{key}", not name or name in reported, f"{name} is not a metric of this task's trials (they "
+               f"report {', '.join(sorted(m for m in reported if '/' in m))})")
+              for key, name in (("success.metric", success.metric), ("minimize", search.minimize))))
     guide.check(search.guide, slice_keys, base)
 
 
+def reported_metrics(base: config.Config) -> set[str]:
+    """The names of the final metrics a trial of this config reports, from a dry run on a few sequences (well under
+    a second): a misspelt success metric would otherwise make every candidate fail, silently."""
+    spec = MODELS[base.model.name]
+    tiny = {key: 4 for key in spec.batch_sizes(base.model, base.optim)} | {
+        "eval.n_id": 4, "eval.n_ood": 4, "eval.n_examples": 1, "eval.every": 1, "logging.wandb": False,
+        "device": "cpu"}  # the driver may have no GPU
+    if spec.uses_optim:
+        tiny["optim.max_steps"] = 1
+    return set(train(config.with_point(config.to_dict(base), tiny, check_device=False)).metrics)

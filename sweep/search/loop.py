@@ -3,12 +3,16 @@ as a member of the grid's trainable, and the results are told back to Optuna (st
 rounds are a generator that one long Tune run drives (tuner.run_rounds), so no round pays Tune's start-up.
 
 A driver killed at any point loses nothing: finished Tune trials keep their result.json and are never re-run;
-Optuna trials left RUNNING were marked FAIL (and zombie) by open_study and their candidates are asked again.
+Optuna trials left RUNNING are failed (and marked zombie) once their driver is seen gone, and their candidates are
+asked again. Several drivers may run the same search at once (owners.py): each leaves the studies another live driver
+is training to it, gives way when it asked at the same moment as another, and waits for the others' results before it
+ends, so every driver ends with the whole answer.
 """
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -16,17 +20,20 @@ import optuna
 from optuna.trial import TrialState
 
 from sweep import tuner
-from sweep.search import bisection, guide
+from sweep.search import bisection, guide, owners
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice, constraint_checks, holds
-from sweep.space import point_id, read_result
+from sweep.space import point_id, read_error, read_result
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.io import read_json, write_json
 
 
+POLL_S = 2.0  # while other drivers train what is left, look at the studies again this often
+
+
 def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
-    trials = study.get_trials(deepcopy=False)
+    trials = [t for t in study.get_trials(deepcopy=False) if owners.LOST_TO not in t.user_attrs]
     asked = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
     if asked >= budget or len(trials) >= 3 * budget:  # the second bound stops a candidate that always errors
         return False
@@ -35,11 +42,12 @@ def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
     return True
 
 
-def seeds_for(study: optuna.Study, search: SearchConfig, params: dict) -> list[int]:
+def seeds_for(study: optuna.Study, search: SearchConfig, trial: optuna.Trial) -> list[int]:
     """Fresh seeds for each re-evaluation of a candidate: block k of the seed list, shifted past every earlier block,
-    k = its completed evaluations plus those asked already this round."""
-    k = sum(t.params == params and t.state in (TrialState.COMPLETE, TrialState.RUNNING)
-            for t in study.get_trials(deepcopy=False)) - 1  # minus the trial being asked
+    k = the evaluations of it asked before this one (completed, or running: asked earlier this round). Earlier by
+    trial number, so a trial asked at the same moment by another driver never shifts this one's seeds."""
+    k = sum(t.params == trial.params and t.number < trial.number and t.state in (TrialState.COMPLETE, TrialState.RUNNING)
+            for t in study.get_trials(deepcopy=False))
     stride = max(search.success.seeds) + 1
     return [seed + k * stride for seed in search.success.seeds]
 
@@ -58,14 +66,23 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
     progress = {}
     summary = lambda: (f"round {progress['round']}, {progress['answered']}/{len(all_slices)} slices finished"
                        if progress else "")
-    tuner.run_rounds(base, search, rounds(base, search, all_slices, studies, out, extend, progress), out, summary)
+    heartbeat = owners.Heartbeat(owners.Roster(studies[all_slices[0].study_name]))
+    try:
+        tuner.run_rounds(base, search, rounds(base, search, all_slices, studies, out, extend, progress, heartbeat), out,
+                         summary)
+    finally:
+        heartbeat.stop()
 
 
 def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], studies: dict[str, optuna.Study],
-           out: Path, extend: int, progress: dict | None = None) -> Iterator[list[dict]]:
+           out: Path, extend: int, progress: dict | None = None,
+           heartbeat: owners.Heartbeat | None = None) -> Iterator[list[dict]]:
     """The search's rounds as a generator: each round, every study that wants more asks its candidates; the points
     to train (one per candidate and seed) are yielded; once they are trained, the generator is resumed and tells
-    the results to Optuna. `progress` (if given) is kept up to date: the round and the studies that need no more.
+    the results to Optuna. `progress` (if given) is kept up to date: the round and the studies that need no more;
+    `heartbeat` (if given) keeps the trials in training marked alive for drivers on other hosts, and its roster (if
+    any) says how many drivers share the studies: each asks in its share of them. A round with nothing to train while
+    other drivers train the rest yields [] (look again later).
 
     extend adds that many completed trials to each slice's budget (and to the total), beyond what is done already;
     a converged threshold or grid study has nothing left to ask, so extending it changes nothing. The reference
@@ -79,23 +96,28 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
         budgets[sl.study_name] = max(search.budget.per_slice, completed + extend if extend else 0)
     checks, base_dict = constraint_checks(search), config.to_dict(base)
     pending_references = [p for p in reference_points(all_slices, search) if read_result(p, out) is None]
-    round_index = max((t.user_attrs.get("round", 0) for s in studies.values() for t in s.get_trials(deepcopy=False)),
-                      default=0)
+    round_index = latest_round(studies)
     interrupted = interrupted_round(out, studies) if guide.active(search) else None
     for iteration in itertools.count():
+        for study in studies.values():  # a driver that died since the last round leaves its trials to the others
+            owners.fail_zombies(study)
+        taken = {name for name, study in studies.items() if owners.taken(study)}
         catching_up = iteration == 0 and interrupted is not None
         if catching_up:
             round_index, names = interrupted
             asking, waiting = [sl for sl in all_slices if sl.study_name in names], set()
-        else:
-            round_index += 1
+        else:  # past every round another driver has asked, so verdicts steer by what is in the studies now
+            round_index = max(round_index, latest_round(studies)) + 1
             asking, waiting = all_slices, waiting_for_pilots(all_slices, studies, search, budgets)
         steer(all_slices, studies, search, round_index)
         total_done = sum(t.state == TrialState.COMPLETE for s in studies.values() for t in s.get_trials(deepcopy=False))
         room = search.budget.total + extend * len(all_slices) - total_done if search.budget.total else math.inf
-        askers = [sl for sl in asking if sl.study_name not in waiting]
+        askers = [sl for sl in asking if sl.study_name not in waiting | taken
+                  and wants_more(studies[sl.study_name], search, budgets[sl.study_name])]
+        share = my_share(askers, studies, heartbeat.roster if heartbeat else None)
+        left_to_others, askers = len(share) < len(askers), share
         if guide.active(search) and not catching_up:  # one candidate per study: the studies that will ask
-            plan = [sl.study_name for sl in askers if wants_more(studies[sl.study_name], search, budgets[sl.study_name])]
+            plan = [sl.study_name for sl in askers]
             write_json(out / ROUND_PLAN, {"round": round_index, "studies": plan[:max(0, room)] if room < math.inf
                                           else plan})
         batch = []
@@ -104,10 +126,17 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
             for _ in range(search.per_round):
                 if len(batch) >= room or not wants_more(study, search, budgets[sl.study_name]):
                     break
-                batch += ask(study, sl, search, checks, base_dict, round_index)
+                asked = ask(study, sl, search, checks, base_dict, round_index)
+                if asked is None:  # another driver asked here at the same moment and goes ahead
+                    break
+                batch += asked
         references = pending_references if iteration == 0 else []
         if not batch and not references:
-            if catching_up:
+            if catching_up or left_to_others:  # what this round left to other drivers is asked next round if not
+                continue
+            if any(owners.taken(study) for study in studies.values()):  # the rest is another driver's: wait for it
+                time.sleep(POLL_S)
+                yield []
                 continue
             if progress is not None:
                 progress |= {"round": round_index, "answered": len(all_slices)}
@@ -115,21 +144,43 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
         if progress is not None:
             progress |= {"round": round_index, "answered": sum(not wants_more(studies[sl.study_name], search,
                                                                              budgets[sl.study_name]) for sl in all_slices)}
+        for _, trial, _ in batch if heartbeat else []:
+            heartbeat.add(trial)
         yield [p for *_, pts in batch for p in pts] + references
         for study, trial, pts in batch:
+            if heartbeat:
+                heartbeat.discard(trial)
             tell(study, trial, pts, search, out)
+
+
+def my_share(askers: list[Slice], studies: dict, roster: owners.Roster | None) -> list[Slice]:
+    """With several drivers at work, an even share of the studies free to ask, those this driver asked in last
+    first (so each keeps its slices); the others are left to the other drivers, who wait for free studies."""
+    if roster is None:
+        return askers
+    roster.announce()
+    drivers = roster.live()
+    mine_first = sorted(askers, key=lambda sl: not owners.last_mine(studies[sl.study_name]))  # stable: slice order
+    return mine_first[:math.ceil(len(askers) / drivers)] if drivers > 1 else askers
 
 
 ROUND_PLAN = "search_round.json"  # a guided search's round in progress: its number and the studies asking in it
 
 
+def latest_round(studies: dict) -> int:
+    return max((t.user_attrs.get("round", 0) for s in studies.values() for t in s.get_trials(deepcopy=False)), default=0)
+
+
 def interrupted_round(out: Path, studies: dict) -> tuple[int, list[str]] | None:
     """(round, studies to re-run) if the last planned round has studies whose trial of it was never told (still
-    missing, or a zombie failed by open_study); None if it finished."""
+    missing, a zombie, or one that gave way to another driver's); None if it finished. With several drivers the plan
+    is the last one any of them wrote: a driver killed mid-round may be caught up in a later round instead, which
+    changes where the search probes, never its answer."""
     plan = read_json(out / ROUND_PLAN)
     if plan is None:
         return None
-    told = lambda t: t.user_attrs.get("round") == plan["round"] and not t.user_attrs.get("zombie")
+    told = lambda t: (t.user_attrs.get("round") == plan["round"] and not t.user_attrs.get(owners.ZOMBIE)
+                      and owners.LOST_TO not in t.user_attrs)
     pending = [name for name in plan["studies"]
                if name in studies and not any(told(t) for t in studies[name].get_trials(deepcopy=False))]
     return (plan["round"], pending) if pending else None
@@ -163,11 +214,18 @@ def waiting_for_pilots(all_slices: list[Slice], studies: dict, search: SearchCon
 
 
 def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base_dict: dict,
-        round_index: int) -> list[tuple]:
+        round_index: int) -> list[tuple] | None:
     """One candidate as [(study, trial, its points, one per seed)], or [] if Optuna proposed an invalid one (told
-    PRUNED with the reason: a value a constraint excludes, or a config that cannot exist such as all-zero weights)."""
-    trial = study.ask(sl.distributions(search.knob.key))
+    PRUNED with the reason: a value a constraint excludes, or a config that cannot exist such as all-zero weights),
+    or None if another driver asked in this study at the same moment and goes ahead (told FAIL with lost_to; never
+    trained)."""
+    trial, in_flight = owners.ask(study, sl.distributions(search.knob.key))
     trial.set_user_attr("round", round_index)
+    winner = owners.lost_to(in_flight)
+    if winner is not None:
+        trial.set_user_attr(owners.LOST_TO, winner.number)
+        study.tell(trial, state=TrialState.FAIL)
+        return None
     point = sl.point | sl.candidate(trial.params, search.knob.key)
     reason = None
     if search.knob.key and point[search.knob.key] not in sl.values:  # tpe draws from the whole interval
@@ -183,7 +241,7 @@ def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base
         trial.set_user_attr("pruned_because", reason)
         study.tell(trial, state=TrialState.PRUNED)
         return []
-    seeds = seeds_for(study, search, trial.params)
+    seeds = seeds_for(study, search, trial)
     trial.set_user_attr("seed_list", seeds)  # before training: a failed evaluation still lists its trials
     return [(study, trial, [point | {"seed": s} for s in seeds])]
 
@@ -195,10 +253,13 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
     (<= 0: at least min_seeds seeds succeed), graded so that near misses rank above clear failures."""
     results = [read_result(point, out) for point in points]
     if any(r is None for r in results):
+        errors = [read_error(point, out) for point, r in zip(points, results) if r is None]
+        trial.set_user_attr("failed_because", next(filter(None, errors), "a seed's trial ended without a result"))
         study.tell(trial, state=TrialState.FAIL)
         return
     success = search.success
-    margins = [success.margin(r.get(success.metric)) for r in results]
+    # A diverged seed does not generalize, whatever its last finite evaluation said.
+    margins = [-math.inf if r.get("status") == "diverged" else success.margin(r.get(success.metric)) for r in results]
     trial.set_user_attr("successes", sum(m >= 0 for m in margins))
     trial.set_user_attr("seeds", len(results))
     shortfall = -sorted(margins, reverse=True)[success.min_seeds - 1]

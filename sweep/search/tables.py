@@ -13,7 +13,7 @@ import pandas as pd
 from sweep.search import bisection
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice
-from sweep.space import point_id, read_result
+from sweep.space import point_id, read_error, read_result
 from trainables import config
 from trainables.io import atomic_write, format_shape
 from trainables.tasks import task_of
@@ -45,7 +45,8 @@ def trial_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out
             feasible = trial.constraints.get("success", math.inf) <= 0 if trial.state.name == "COMPLETE" else None
             for seed in trial.user_attrs["seed_list"]:
                 point = sl.point | candidate | {"seed": seed}
-                result = read_result(point, out) or {"status": "unfinished"}
+                error = read_error(point, out)
+                result = read_result(point, out) or {"status": "error" if error else "unfinished", "error": error}
                 rows.append({"study": sl.study_name, **point,
                              "candidate": candidate[search.knob.key] if search.knob.key else point_id(candidate),
                              "state": trial.state.name, "optuna_trial": trial.number, "feasible": feasible} | result)

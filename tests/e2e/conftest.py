@@ -12,7 +12,10 @@ What Ray 2.60 needs, found by reading its source and trying it (docs/CLUSTER.md 
   signal, so it hangs ~30 s; `RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0` skips the drain (stop takes ~5 s).
 - Workers get their own process group (same session) and job drivers their own session: the group signal misses
   them, so teardown also kills every descendant it saw before signalling.
+- A second node on 127.0.0.1 cannot come from `ray start --address` (it refuses, or rewrites 127.0.0.1 to the
+  routable IP): `start_node` runs ray_worker_node.py, the same Node call, in its own session.
 """
+import json
 import os
 import secrets
 import shutil
@@ -32,6 +35,7 @@ import psutil
 import pytest
 
 RAY = str(Path(sys.executable).parent / "ray")
+WORKER_NODE = str(Path(__file__).with_name("ray_worker_node.py"))
 START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30
 # Inherited variables that would point a process at another cluster or another token; the head and clients drop them.
@@ -82,9 +86,33 @@ class RayHead:
         except urllib.error.HTTPError as e:
             return e.code
 
+    def json(self, path: str) -> dict:
+        """GET dashboard_url + path with the token, as JSON."""
+        request = urllib.request.Request(self.dashboard_url + path, headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.load(r)
+
+    def alive_nodes(self) -> list[dict]:
+        """The state API's record of every alive node (node_id, node_ip, resources_total, ...)."""
+        nodes = self.json("/api/v0/nodes?limit=100")["data"]["result"]["result"]
+        return [n for n in nodes if n["state"] == "ALIVE"]
+
     def log_tail(self, n: int = 60) -> str:
-        lines = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
-        return "\n".join(lines[-n:])
+        return log_tail(self.log_path, n)
+
+
+def log_tail(path: Path, n: int = 60) -> str:
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return "\n".join(lines[-n:])
+
+
+@dataclass
+class RayNode:
+    """A second node of a head: ray_worker_node.py in its own session, its Ray files in temp_dir."""
+    process: subprocess.Popen
+    temp_dir: Path
+    log_path: Path
+    node_id: str = ""  # hex, as Ray's state API and ray.nodes() give it
 
 
 def start_head(num_cpus: int = 2) -> RayHead:
@@ -145,15 +173,83 @@ def wait_until_jobs_api_answers(head: RayHead) -> None:
     pytest.fail(f"ray head's jobs API did not answer within {START_TIMEOUT_S} s:\n{head.log_tail()}")
 
 
+def start_node(head: RayHead, num_cpus: int = 1, wrapper: tuple[str, ...] = ()) -> RayNode:
+    """A second Ray node on 127.0.0.1 that joins `head`, in its own session; returns once the head lists it alive.
+    wrapper: a command that runs the node (e.g. `unshare --mount ...`), which must exec it in the same process."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="hsnode-", dir="/tmp"))  # socket paths must stay short
+    known = {n["node_id"] for n in head.alive_nodes()}  # the head and any node already there
+    env = {**head.client_env(), "RAY_USAGE_STATS_ENABLED": "0"}
+    cmd = [*wrapper, sys.executable, WORKER_NODE, head.address, str(num_cpus), str(temp_dir)]
+    node = RayNode(process=None, temp_dir=temp_dir, log_path=temp_dir / "node.log")
+    with open(node.log_path, "wb") as log:
+        node.process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, cwd=temp_dir)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (new := _alive_node_ids(head) - known):
+            if node.process.poll() is not None:
+                pytest.fail(f"ray worker node exited with {node.process.returncode}:\n{log_tail(node.log_path)}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"ray worker node not alive within {START_TIMEOUT_S} s:\n{log_tail(node.log_path)}")
+            time.sleep(0.25)
+        node.node_id = new.pop()
+    except BaseException:
+        stop_node(node)
+        raise
+    return node
+
+
+def _alive_node_ids(head: RayHead) -> set[str]:
+    try:
+        return {n["node_id"] for n in head.alive_nodes()}
+    except OSError:  # the dashboard busy or restarting a module: ask again
+        return set()
+
+
+def node_processes(node: RayNode) -> list[psutil.Process]:
+    """Every live process of the node: its raylet, agents and workers (whatever their process group)."""
+    return session_processes(node.process)
+
+
+def kill_all(pgid: int, processes: list[psutil.Process]) -> None:
+    """SIGKILL a process group and the given processes (those that left it, e.g. into sessions of their own)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for p in processes:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def stop_node(node: RayNode) -> list[str]:
+    """SIGKILL the node's process group and every process it started, as if its machine died. Returns descriptions
+    of processes that survived (expected: none)."""
+    seen = node_processes(node)
+    kill_all(node.process.pid, seen)
+    node.process.wait(timeout=STOP_TIMEOUT_S)
+    survivors = {p.pid for p in alive(psutil.wait_procs(seen, timeout=10)[1]) + mentioning(str(node.temp_dir))}
+    shutil.rmtree(node.temp_dir, ignore_errors=True)
+    return [f"{p.pid} {' '.join(p.info['cmdline'] or [])[:120]}"
+            for p in psutil.process_iter(["cmdline"]) if p.pid in survivors]
+
+
 def head_processes(head: RayHead) -> list[psutil.Process]:
     """Every live process this head started: its descendants, and anything left in its session."""
+    return session_processes(head.process)
+
+
+def session_processes(leader: subprocess.Popen) -> list[psutil.Process]:
+    """The live descendants of a process started with start_new_session, and anything left in its session."""
     try:
-        procs = psutil.Process(head.process.pid).children(recursive=True)
+        procs = psutil.Process(leader.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         procs = []
     for p in psutil.process_iter():
         try:
-            if os.getsid(p.pid) == head.process.pid and p.pid != head.process.pid:
+            if os.getsid(p.pid) == leader.pid and p.pid != leader.pid:
                 procs.append(p)
         except (ProcessLookupError, PermissionError):
             pass
@@ -198,15 +294,7 @@ def stop_head(head: RayHead) -> list[str]:
     psutil.wait_procs(alive(seen), timeout=2)  # stragglers of a graceful shutdown
     # Left now: the group if the leader hung, and a running job's driver (its own session, orphaned, never told).
     stragglers = alive(seen + head_processes(head))
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for p in stragglers:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    kill_all(pgid, stragglers)
     head.process.wait(timeout=STOP_TIMEOUT_S)
     survivors = alive(psutil.wait_procs(stragglers, timeout=10)[1]) + mentioning(str(head.temp_dir))
     shutil.rmtree(head.temp_dir, ignore_errors=True)

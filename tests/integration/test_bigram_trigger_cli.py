@@ -1,18 +1,15 @@
 """The bigram task with triggers end to end through the console script: `headsweep train` of its debug config and a
 tiny `headsweep grid` over the positional scheme (the shape of configs/pe_length_generalization.yaml)."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tests.conftest import CONFIGS
+from tests.integration.conftest import ONE_THREAD, assert_tiny_search_answers, headsweep
 
-HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
-TASK_METRICS = ["head/loss", "head/acc", "head/acc_early", "head/acc_late", "bigram/loss", "bigram/excess",
+TASK_METRICS = ["head/loss", "head/acc", "head/acc_early", "head/acc_late", "bigram/loss", "bigram/loss_early",
+                "bigram/loss_late", "bigram/excess",
                 "bigram/floor", "attn/prev_token", "attn/prev_token_early", "attn/prev_token_late", "attn/induction",
                 "ood/head_acc", "ood/head_loss", "late/acc", "lengthgen/acc", "lengthgen/acc_beyond",
                 "data/n_train_outputs", "ood/success"]
@@ -32,17 +29,18 @@ sweep:
   resources: {cpu: 1, gpu: 0}
   phase_diagram: {x: model.positional, y: task.n_train_outputs, metric: attn/prev_token_late}
 """
+TINY_SEARCH = TINY_GRID.replace("name: tiny_pe_grid", "name: tiny_outputs_search").split("sweep:")[0] + """
+search:
+  knob: {key: task.n_train_outputs, low: 20, high: 40}
+  success: {threshold: 0.01, seeds: [0]}
+  budget: {per_slice: 2}
+"""
 
-
-def headsweep(*args) -> subprocess.CompletedProcess:
-    # One thread per process: these models are tiny, and a second thread only waits on a shared machine.
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=600,
-                          env=os.environ | {"OMP_NUM_THREADS": "1"})
 
 
 def test_debug_train_writes_the_tasks_metrics_arrays_and_report(tmp_path):
     out = tmp_path / "debug"
-    proc = headsweep("train", CONFIGS / "debug_bigram_trigger.yaml", "--out", out)
+    proc = headsweep("train", CONFIGS / "debug_bigram_trigger.yaml", "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ood/head_acc=" in proc.stdout and "attn/prev_token_late=" in proc.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -62,10 +60,16 @@ def test_a_tiny_positional_grid_writes_results_and_the_previous_token_phase_diag
     config_file = tmp_path / "tiny_pe_grid.yaml"
     config_file.write_text(TINY_GRID)
     out = tmp_path / "grid"
-    proc = headsweep("grid", config_file, "--out", out)
+    proc = headsweep("grid", config_file, "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert sorted(frame["model.positional"]) == ["random_abs", "relative"] and set(frame["status"]) == {"completed"}
     assert {"attn/prev_token_early", "attn/prev_token_late", "late/acc", "ood/head_acc"} <= set(frame.columns)
     assert (out / "phase_diagram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Phase diagram: mean attn/prev_token_late" in (out / "report.html").read_text()
+
+
+def test_a_tiny_search_over_the_knob_writes_its_tables_and_report(tmp_path):
+    """The task searches through the same CLI: task.n_train_outputs as the knob, its success metric ood/head_acc
+    read from every trial."""
+    assert_tiny_search_answers(TINY_SEARCH, "ood/head_acc", tmp_path)

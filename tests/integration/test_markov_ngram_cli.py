@@ -1,18 +1,14 @@
 """The Markov n-gram task end to end through the installed console script: `headsweep train` of its debug config and
 a 2-point `headsweep grid` over the pool size."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from tests.conftest import CONFIGS
+from tests.integration.conftest import ONE_THREAD, assert_tiny_search_answers, headsweep
 
-HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 TASK_METRICS = ["id/bayes_loss", "id/gap", "ood/loss", "ood/bayes_loss", "ood/unigram_loss", "ood/bigram_loss",
                 "ood/gap", "ood/stage", "attn/lag_L0H0", "attn/lag_L0H1", "attn/parent_coverage", "data/pool_size",
                 "data/inv_pool", "ood/success"]
@@ -30,20 +26,18 @@ sweep:
   resources: {cpu: 1, gpu: 0}
   max_concurrent: 1
 """
+TINY_SEARCH = TINY_GRID.replace("name: tiny_markov_grid", "name: tiny_markov_search").split("sweep:")[0] + """
+search:
+  knob: {key: task.pool_size, values: [1, 0]}   # one table, then a fresh table per sequence (more diverse)
+  success: {threshold: 0.5, seeds: [0]}   # ood/gap <= 0.5 nats
+  budget: {per_slice: 2}
+"""
 
-
-# One torch thread: on 2 cores shared with other processes, two intra-op threads spin against each other (the debug
-# run took 39 s with two threads and 4 s with one, measured side by side on the shared development machine).
-ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
-
-
-def headsweep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=600, env=ONE_THREAD)
 
 
 def test_debug_train_writes_the_tasks_metrics_and_arrays(tmp_path):
     out = tmp_path / "debug"
-    proc = headsweep("train", CONFIGS / "debug_markov_ngram.yaml", "--out", out)
+    proc = headsweep("train", CONFIGS / "debug_markov_ngram.yaml", "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr
     assert "ood/gap=" in proc.stdout and str(out) in proc.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -68,7 +62,7 @@ def test_tiny_grid_over_the_pool_size(tmp_path):
     config_file = tmp_path / "tiny_markov_grid.yaml"
     config_file.write_text(TINY_GRID)
     out = tmp_path / "grid"
-    proc = headsweep("grid", config_file, "--out", out)
+    proc = headsweep("grid", config_file, "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert sorted(frame["task.pool_size"]) == [0, 2] and set(frame["status"]) == {"completed"}
@@ -76,3 +70,9 @@ def test_tiny_grid_over_the_pool_size(tmp_path):
     by_pool = frame.set_index("task.pool_size")
     assert by_pool.loc[2, "data/inv_pool"] == 0.5 and by_pool.loc[0, "data/inv_pool"] == 0.0
     assert (out / "report.html").exists()
+
+
+def test_a_tiny_search_over_the_knob_writes_its_tables_and_report(tmp_path):
+    """The task searches through the same CLI: task.pool_size as the knob, its success metric ood/gap read from every
+    trial."""
+    assert_tiny_search_answers(TINY_SEARCH, "ood/gap", tmp_path)

@@ -1,19 +1,14 @@
 """The mixed n-gram task end to end through the CLI: `headsweep train` of its debug config, and a two-point
-`headsweep grid` over the in-context share alpha (the task's knob, so this grid also covers what a search over it
-would run: the knob is a float, which the threshold search's integer knob cannot take)."""
+`headsweep grid` over the in-context share alpha, and a tiny `headsweep search` with alpha as its (float) knob."""
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tests.conftest import CONFIGS
+from tests.integration.conftest import ONE_THREAD, assert_tiny_search_answers, headsweep
 
-HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 COMPONENT_METRICS = ["lazy/loss", "lazy/acc", "icl/loss", "icl/acc", "ood/icl_loss", "ood/icl_acc",
                      "mech/induction_score", "mech/prev_token", "data/alpha", "data/icl_target_share"]
 SUMMARY = ["lazy/fit_step", "icl/transition_step", "icl/plateau_steps"]
@@ -30,18 +25,18 @@ sweep:
   seeds: [0]
   resources: {cpu: 1}
 """
+TINY_SEARCH = TINY_GRID.replace("name: tiny_mixed_grid", "name: tiny_alpha_search").split("sweep:")[0] + """
+search:
+  knob: {key: task.alpha, values: [0.2, 0.8]}
+  success: {threshold: 0.01, seeds: [0]}
+  budget: {per_slice: 2}
+"""
 
-
-def headsweep(*args) -> subprocess.CompletedProcess:
-    # One torch thread: on a busy 2-core machine torch's default two threads made the debug run 14x slower (Ray trial
-    # workers get one already).
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=600,
-                          env=os.environ | {"OMP_NUM_THREADS": "1"})
 
 
 def test_debug_train_logs_each_component_and_the_transition(tmp_path):
     out = tmp_path / "debug"
-    proc = headsweep("train", CONFIGS / "debug_mixed_ngram.yaml", "--out", out)
+    proc = headsweep("train", CONFIGS / "debug_mixed_ngram.yaml", "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "icl/transition_step=" in proc.stdout and "ood/icl_acc=" in proc.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -60,7 +55,7 @@ def test_debug_train_logs_each_component_and_the_transition(tmp_path):
 def test_a_grid_over_alpha_writes_the_transition_per_trial(tmp_path):
     config_file, out = tmp_path / "grid.yaml", tmp_path / "grid"
     config_file.write_text(TINY_GRID)
-    proc = headsweep("grid", config_file, "--out", out)
+    proc = headsweep("grid", config_file, "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert sorted(frame["task.alpha"]) == [0.2, 0.8] and set(frame["status"]) == {"completed"}
@@ -68,3 +63,9 @@ def test_a_grid_over_alpha_writes_the_transition_per_trial(tmp_path):
     assert list(frame.sort_values("task.alpha")["data/alpha"]) == [0.2, 0.8]
     report = (out / "report.html").read_text()
     assert "Final metrics against data/alpha" in report  # the transition step plotted against the knob
+
+
+def test_a_tiny_search_over_the_knob_writes_its_tables_and_report(tmp_path):
+    """The task searches through the same CLI: task.alpha as the knob, its success metric ood/icl_acc read from every
+    trial."""
+    assert_tiny_search_answers(TINY_SEARCH, "ood/icl_acc", tmp_path)

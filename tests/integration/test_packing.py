@@ -2,16 +2,14 @@
 one trial leaves the same results.csv (same seeds: same numbers), the same per-member files and one W&B run per
 member (real local Ray, real offline W&B)."""
 import json
-import os
 import math
-import subprocess
-import sys
-from pathlib import Path
+import os
 
 import pandas as pd
 import pytest
 
-HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
+from tests.integration.conftest import headsweep
+
 GRID = """
 name: packing
 task: {vocab_size: 12, max_len: 16, n_triggers: 1, n_pairs_per_cell: 1, lengths: {low: 2, high: 6}}
@@ -32,9 +30,8 @@ def grids(tmp_path_factory):
     outs = {}
     for pack in (1, 4):
         outs[pack] = root / f"pack{pack}"
-        proc = subprocess.run([HEADSWEEP, "grid", str(root / "grid.yaml"), f"sweep.pack={pack}", "--out",
-                               str(outs[pack])], capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "WANDB_MODE": "offline"})
+        proc = headsweep("grid", root / "grid.yaml", f"sweep.pack={pack}", "--out", outs[pack],
+                         env=os.environ | {"WANDB_MODE": "offline"})
         assert proc.returncode == 0, proc.stderr[-3000:]
     return outs
 

@@ -57,6 +57,8 @@ def test_a_diverging_run_keeps_its_last_finite_evaluation():
     result = train(cfg)
     assert result.metrics["status"] == "diverged" and result.metrics["steps"] == 0
     assert all(math.isfinite(result.metrics[k]) for k in ("id/loss", "ood/loss", "ood/acc"))
+    assert result.metrics["diverged_because"].startswith(("train/loss = ", "id/loss = "))  # the reason, with its step
+    assert result.metrics["ood/success"] == 0.0  # a diverged run never counts as generalizing
 
 
 def test_early_stopping_ends_a_run_whose_id_loss_stopped_improving():

@@ -2,7 +2,6 @@
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,13 +12,9 @@ import yaml
 
 from sweep.search.bisection import Evidence, minimal_value
 from tests.conftest import CONFIGS
+from tests.integration.conftest import HEADSWEEP, UNGUIDED_SEARCH, headsweep
 
-HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 KEY = "task.lengths.width"
-
-
-def headsweep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=900)
 
 
 def result_files(out: Path) -> dict[str, int]:
@@ -71,25 +66,29 @@ def test_search_and_grid_agree_on_the_minimal_width(reference, tmp_path):
         assert star == minimal.loc[minimal["task.lengths.low"] == low, "diversity_star"].item()
 
 
-def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_nothing(reference, tmp_path):
-    out = tmp_path / "killed"
-    driver = subprocess.Popen([HEADSWEEP, "search", str(CONFIGS / "debug_search.yaml"), "--out", str(out)],
+def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_nothing(unguided_search, tmp_path):
+    """Packed and not (search.pack=2): rounds where both slices ask train their two members as one trial, the last
+    round (one slice left) trains alone. The answer is the uninterrupted, unpacked search's."""
+    out, args = tmp_path / "killed", [*map(str, UNGUIDED_SEARCH), "search.pack=2"]
+    driver = subprocess.Popen([HEADSWEEP, "search", *args, "--out", str(out)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
-    while time.time() < deadline and driver.poll() is None and len(result_files(out)) < 5:
+    while time.time() < deadline and driver.poll() is None and len(result_files(out)) < 4:
         time.sleep(0.2)
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
     before = result_files(out)
-    assert 5 <= len(before) < len(result_files(reference[0])), "the search should have been killed midway"
+    assert 4 <= len(before) < len(result_files(unguided_search)), "the search should have been killed midway"
 
-    proc = headsweep("search", CONFIGS / "debug_search.yaml", "--out", out)
+    proc = headsweep("search", *args, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    expected = pd.read_csv(reference[0] / "min_diversity.csv").drop(columns=["study"])
+    expected = pd.read_csv(unguided_search / "min_diversity.csv").drop(columns=["study"])
     assert pd.read_csv(out / "min_diversity.csv").drop(columns=["study"]).equals(expected)
+    tune_trials = {p.name for p in out.glob("ray/search-*/*") if p.is_dir()}
+    assert any(t.endswith("+1") for t in tune_trials) and any("+" not in t for t in tune_trials)  # packed, and not
     after = result_files(out)
     assert {k: after[k] for k in before} == before  # nothing that had finished was trained again
-    assert set(after) == set(result_files(reference[0]))  # and nothing is missing
+    assert set(after) == set(result_files(unguided_search))  # and nothing is missing
     trials = pd.read_csv(out / "trials.csv")
     complete = trials[trials["state"] == "COMPLETE"]
     # each evaluation of a width uses fresh seeds: no (slice, width, seed) counted twice
@@ -100,6 +99,8 @@ def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_noth
     (["search.sampler=annealing"], "search.sampler"),
     (["search.knob.key=task.lengths.wide"], "search.knob.key"),
     (["search.success.min_seeds=2"], "search.success.min_seeds"),
+    (["search.success.threshold=2"], "search.success.threshold"),  # ood/acc lies in [0, 1]
+    (["search.success.metric=ood/accc"], "search.success.metric"),  # no trial reports it: a dry run says so
     (["--extend", "-1"], "--extend"),
     (["--storage", "postgresql://nobody@127.0.0.1:9/none"], "--storage"),
 ])

@@ -1,22 +1,16 @@
 """`headsweep train` end to end through the installed console script: outputs, resumption, bad input."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.conftest import CONFIGS
+from tests.integration.conftest import assert_report_rebuilds_the_same, headsweep
 
-HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 CONTRACT_METRICS = ["train/loss", "train/acc", "id/acc", "ood/loss", "ood/acc", "ood/pseudo_rate", "ood/leftmost_rate",
                     "data/max_sum_ratio", "data/width", "data/entropy", "data/inv_ratio", "mech/induction_score",
                     "mech/positional_score"]
-
-
-def headsweep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +41,10 @@ def test_debug_train_writes_every_output(debug_run):
     assert arrays["query_attention_mean"].shape[:2] == (2, 1)  # (layers, heads, T)
 
 
+def test_the_report_verb_rebuilds_the_report_train_wrote(debug_run, tmp_path):
+    assert_report_rebuilds_the_same(debug_run[0], tmp_path)
+
+
 def test_rerun_on_the_same_out_keeps_the_finished_run(debug_run):
     out, _ = debug_run
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
@@ -72,7 +70,11 @@ def test_a_different_config_on_the_same_out_is_refused(debug_run):
         (["task.lengths.low=9", "task.lengths.high=4"], "task.lengths.high"),  # empty support
         (["optim.lr=-1"], "optim.lr"),
         (["model.n_layers=0"], "model.n_layers"),
-        (["device=cuda"], "device"),
+        pytest.param(["device=cuda"], "device", marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                                                         reason="a GPU is there")),
+        (["optim.batch_size=100000000"], "optim.batch_size"),  # estimated before anything runs, not OOM-killed
+        (["eval.n_ood=100000000"], "eval.n_ood"),
+        (["eval.threshold=1.5"], "eval.threshold"),  # ood/acc lies in [0, 1]
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, key):

@@ -17,13 +17,13 @@ import pytest
 from PIL import Image
 
 from tests.conftest import CONFIGS
+from tests.integration.conftest import headsweep
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.logger import resolve_wandb_mode, server_answers, trial_logger
 
 pytestmark = pytest.mark.integration
 
-HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # the shape of a W&B API key; must never reach a file
 WANDB_ENV = ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_IDENTITY_TOKEN_FILE", "NETRC",
              "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_DIR")
@@ -100,11 +100,6 @@ def assert_not_flat(png: Path) -> None:
 def files_containing(secret: str, *roots: Path) -> list[Path]:
     needle = secret.encode()
     return [p for root in roots if root.exists() for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
-
-
-def headsweep(*args, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL)  # no terminal: a login prompt would fail or hang
 
 
 # --- an offline debug grid: one W&B run per trial ----------------------------------------------------------------
@@ -239,8 +234,9 @@ def test_a_retry_continues_the_same_run_and_a_fresh_start_begins_a_new_one(tmp_p
     # A Tune retry keeps metrics.jsonl up to its checkpoint: the W&B run goes on under the same id.
     with trial_logger(cfg, out, job_type="grid") as logger:
         logger.log({"train/loss": 0.5, "data/width": 6.0}, step=2)
-    runs = sorted((out / "wandb").glob("offline-run-*"))
-    assert [r.name.rsplit("-", 1)[1] for r in runs] == [first, first]
+    # The run id is the .wandb file's name: two runs started in one second share a folder name but for a "-1".
+    runs = sorted((out / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert [r.stem.removeprefix("run-") for r in runs] == [first, first]
     # A restart from step 0 (the train verb deletes metrics.jsonl) is a new run.
     (out / "metrics.jsonl").unlink()
     with pytest.raises(RuntimeError):
@@ -248,7 +244,7 @@ def test_a_retry_continues_the_same_run_and_a_fresh_start_begins_a_new_one(tmp_p
             raise RuntimeError("the trial crashed")
     second = (out / "wandb" / "headsweep-run-id").read_text().strip()
     assert second != first
-    crashed = wandb_records(next((out / "wandb").glob(f"offline-run-*-{second}/run-{second}.wandb")))
+    crashed = wandb_records(next((out / "wandb").glob(f"offline-run-*/run-{second}.wandb")))
     assert [r.exit.exit_code for r in crashed if r.WhichOneof("record_type") == "exit"] == [1]
 
 

@@ -177,6 +177,9 @@ def test_bigram_excess_is_the_loss_over_the_rows_entropies_by_hand():
     h_a = -(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3)
     assert result["bigram/loss"] == pytest.approx(math.log(2))
     assert result["bigram/excess"] == pytest.approx(math.log(2) - h_a)
+    # one label-0 position in each half (T = 3: t < 1 is early): the halves average to the whole
+    assert result["bigram/loss_early"] == pytest.approx(math.log(2))
+    assert (result["bigram/loss_early"] + result["bigram/loss_late"]) / 2 == pytest.approx(result["bigram/loss"])
 
 
 def test_previous_token_probe_splits_early_and_late_and_picks_the_best_head():

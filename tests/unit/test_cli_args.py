@@ -2,6 +2,7 @@
 import pytest
 
 from sweep import cli
+from tests.conftest import CONFIGS
 
 
 @pytest.mark.parametrize("argv", [
@@ -23,3 +24,29 @@ def test_anything_else_is_a_one_line_error_with_exit_code_2(argv, capsys):
         cli.parse(argv)
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("where", ["a_file", "a_file/sub", "/proc/headsweep"])
+def test_an_out_that_is_a_file_or_cannot_be_created_is_one_line_exit_2(tmp_path, capsys, where):
+    (tmp_path / "a_file").write_text("keep me")
+    out = tmp_path / where
+    assert cli.main(["train", str(CONFIGS / "debug.yaml"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("headsweep: error: --out: ") and err.count("\n") == 1, err
+    assert (tmp_path / "a_file").read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+@pytest.mark.parametrize("verb, config_file, override", [
+    ("train", "debug.yaml", "sweep.pack=2"),
+    ("train", "debug.yaml", "search.success.threshold=2"),
+    ("grid", "debug_grid.yaml", "search.success.threshold=0.5"),
+    ("search", "debug_search.yaml", "sweep.pack=-1"),
+])
+def test_an_override_of_a_section_the_verb_does_not_read_is_one_line_exit_2(tmp_path, capsys, verb, config_file,
+                                                                         override):
+    """Nothing would read it: accepted, it would be silently ignored (a search ran whole with sweep.pack=-1)."""
+    out = tmp_path / "out"
+    assert cli.main([verb, str(CONFIGS / config_file), override, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"headsweep: error: {override.split('=')[0]}: ") and err.count("\n") == 1, err
+    assert not out.exists()

@@ -77,6 +77,20 @@ def test_pseudo_rate_only_counts_even_total_length():
     assert metrics.shortcut_rates(right_on_odd, batch, l_min=2)["ood/pseudo_rate"] == 0.0
 
 
+def test_accuracy_splits_by_whether_the_first_trigger_sits_where_training_put_one():
+    """A model right exactly where l1 is in the support S = {2..5} (a position-local induction head) scores 1 on
+    the seen positions and 0 on the new ones; the share of seen positions is counted over the batch."""
+    batch = draw("displaced", 256, seed=3)
+    seen = torch.isin(batch.info["l1"], torch.tensor([2, 3, 4, 5]))
+    assert 0 < int(seen.sum()) < len(seen)
+    result = metrics.accuracy_by_trigger_position(seen, batch, [2, 3, 4, 5])
+    assert result == {"ood/seen_pos_share": pytest.approx(seen.double().mean().item()), "ood/acc_seen_pos": 1.0,
+                      "ood/acc_new_pos": 0.0}
+    only_new = metrics.accuracy_by_trigger_position(torch.ones(int((~seen).sum()), dtype=torch.bool),
+                                                    subset(batch, ~seen), [2, 3, 4, 5])
+    assert only_new["ood/seen_pos_share"] == 0.0 and math.isnan(only_new["ood/acc_seen_pos"])
+
+
 def test_pseudo_rate_is_nan_without_even_sequences():
     """With only odd l1 + l2 there is nothing to count: the pseudo rate is NaN (the leftmost rate is still defined)."""
     batch = draw("all_pairs", len(tc.valid_pairs(CFG.max_len)), seed=3)

@@ -147,3 +147,38 @@ def test_section_needs_exactly_one_body():
         Section("empty")
     with pytest.raises(ValueError):
         Section("two", text="a", html="<b>b</b>")
+
+
+def test_the_gallery_spreads_over_diversity_or_else_over_the_first_axis(tmp_path):
+    """A grid whose trials share one diversity measure (a grid over the positional scheme) shows one trial per
+    value of its first axis, not the first few by name; otherwise trials spread from the most to the least diverse."""
+    import json
+
+    import yaml
+
+    from dashboards.report import _spread
+    from trainables.tasks import TASKS
+
+    def trials(ratios):
+        made = []
+        for scheme, ratio in ratios:
+            trial = tmp_path / f"t{len(list(tmp_path.iterdir())):02d}"
+            trial.mkdir()
+            (trial / "metrics.jsonl").write_text(json.dumps({"step": 1, "data/max_sum_ratio": ratio}) + "\n")
+            (trial / "config.yaml").write_text(yaml.safe_dump({"model": {"positional": scheme}}))
+            made.append(trial)
+        return made
+
+    task = TASKS["trigger_copy"]
+    same = trials([(scheme, 0.3) for scheme in ("relative", "none", "rotary", "learned_abs") for _ in range(2)])
+    scheme = lambda trial: yaml.safe_load((trial / "config.yaml").read_text())["model"]["positional"]
+    chosen, said = _spread(same, task, "model.positional")
+    assert sorted(map(scheme, chosen)) == ["learned_abs", "none", "relative", "rotary"]
+    assert said == "one per value of model.positional"
+    two_values = trials([(s, float("nan")) for s in ("relative", "none") for _ in range(3)])  # NaN: one value too
+    chosen, _ = _spread(two_values, task, "model.positional")
+    assert len(chosen) == 4 and set(map(scheme, chosen[:2])) == {"relative", "none"}  # both, then filled up
+    varied = trials([("relative", r) for r in (0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.8, 0.4)])
+    chosen, said = _spread(varied, task)
+    ratios = [json.loads((t / "metrics.jsonl").read_text())["data/max_sum_ratio"] for t in chosen]
+    assert ratios[0] == 0.1 and ratios[-1] == 0.9 and len(ratios) == 4 and said == "from most to least diverse"

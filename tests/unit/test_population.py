@@ -3,12 +3,11 @@
 Members differ in seed and data distribution; the comparisons are against train(cfg) of each member alone: every
 parameter and optimizer moment after 20 steps (max abs difference <= 1e-5), every final metric, early stopping and
 divergence that touch no other member, and checkpoints that resume packed or alone."""
-import math
 
 import pytest
 import torch
 
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, assert_same_metrics
 from trainables import config, train as train_module
 from trainables.population import pack_key
 from trainables.train import train, train_members
@@ -43,19 +42,6 @@ def run_alone(cfg, resume=None):
 
 
 ALONE: dict = {}
-
-
-def assert_same_metrics(packed: dict, alone: dict) -> None:
-    assert set(packed) == set(alone)
-    for key, value in alone.items():
-        if key == "seconds":
-            continue
-        if isinstance(value, float) and math.isfinite(value):
-            assert packed[key] == pytest.approx(value, rel=1e-5, abs=1e-5), key
-        elif isinstance(value, float):
-            assert not math.isfinite(packed[key]), key
-        else:
-            assert packed[key] == value, key
 
 
 def assert_same_state(packed: dict, alone: dict) -> None:
@@ -131,6 +117,8 @@ def test_a_member_that_diverges_is_marked_and_touches_no_other(monkeypatch):
     monkeypatch.setattr(train_module, "init_state", poisoned)
     packed, _ = run_packed(cfgs)
     assert packed[1].metrics["status"] == "diverged" and packed[1].metrics["steps"] == 0
+    assert packed[1].metrics["diverged_because"] == "train/loss = nan at step 0"  # inf weights: inf - inf
+    assert packed[1].metrics["ood/success"] == 0.0
     monkeypatch.setattr(train_module, "init_state", real_init)
     for index in (0, 2):
         assert_same_metrics(packed[index].metrics, run_alone(cfgs[index])[0].metrics)

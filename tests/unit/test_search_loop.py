@@ -4,14 +4,17 @@ tests/integration/test_search.py."""
 import math
 
 import optuna
+import pandas as pd
 import pytest
 
-from sweep.search import bisection, loop
+from sweep import space, tuner
+from sweep.search import bisection, loop, tables
 from sweep.search import studies as search_studies
 from sweep.search.config import SuccessConfig, load_search
 from tests.conftest import CONFIGS
 from tests.unit.conftest import WIDTH_NEEDED, fake_executor
 from trainables.errors import ConfigError
+from trainables.io import ERROR_FILE, atomic_write
 
 def setup(tmp_path, *overrides):
     base, search = load_search(CONFIGS / "debug_search.yaml", list(overrides))
@@ -127,3 +130,54 @@ def test_the_progress_line_counts_trained_members_and_estimates_what_is_left(tmp
     line = view.line(["RUNNING", "TERMINATED", "ERROR"])
     assert line.startswith("grid  3/4 trained  1 running  1 failed") and line.endswith("1 generalize OOD")
     assert "ETA" in line and ("/s" in line or "/h" in line)
+
+
+def test_a_diverged_seed_counts_as_a_failure_whatever_its_last_finite_evaluation(tmp_path, monkeypatch):
+    """Every width 'generalizes' by its metric, but widths below WIDTH_NEEDED diverged: the answer is WIDTH_NEEDED."""
+    fake_executor(monkeypatch, lambda point, m: 1.0)
+    real_write = loop.read_result
+
+    def diverged_below(point, out):
+        result = real_write(point, out)
+        if result is not None and point["task.lengths.width"] < WIDTH_NEEDED:
+            result |= {"status": "diverged", "diverged_because": "train/loss = nan at step 3"}
+        return result
+
+    monkeypatch.setattr(loop, "read_result", diverged_below)
+    base, search, all_slices, studies, _ = setup(tmp_path)
+    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    for sl in all_slices:
+        pooled = bisection.evidence(studies[sl.study_name].get_trials(), "task.lengths.width")
+        assert bisection.minimal_value(sl.values, pooled, 1.0) == WIDTH_NEEDED
+
+
+OOM = "RuntimeError: CUDA error: out of memory"
+
+
+def test_a_seed_that_fails_on_every_try_fails_its_candidate_with_its_error_in_trials_csv(tmp_path, monkeypatch):
+    """A trial Tune gave up on leaves its error (trainable.py writes ERROR_FILE) and no result.json: its candidate is
+    told FAIL with the error as failed_because, trials.csv shows the error, and the search still finishes."""
+    fake_executor(monkeypatch, lambda point, m: 1.0 if point["task.lengths.width"] >= WIDTH_NEEDED else 0.2)
+    fake_run_rounds = tuner.run_rounds
+
+    def failing_at_needed(base, search, rounds, out, summary=None, job_type="search"):
+        def erring(rounds):  # between the fake's writes and the tell: the width that would first succeed errs
+            for points in rounds:
+                yield points
+                for point in points:
+                    if point["task.lengths.width"] == WIDTH_NEEDED:
+                        (space.trial_dir(out, point) / "result.json").unlink()
+                        atomic_write(space.trial_dir(out, point) / ERROR_FILE, OOM + "\n")
+        fake_run_rounds(base, search, erring(rounds), out)
+
+    monkeypatch.setattr(tuner, "run_rounds", failing_at_needed)
+    base, search, all_slices, studies, _ = setup(tmp_path)
+    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    tables.write(tmp_path, base, search, studies, all_slices)
+    frame = pd.read_csv(tmp_path / "trials.csv")
+    erred = frame[frame["task.lengths.width"] == WIDTH_NEEDED]
+    assert len(erred) and set(erred["status"]) == {"error"}
+    assert set(erred["error"]) == {OOM}
+    for study in studies.values():
+        failed = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.FAIL]
+        assert failed and {t.user_attrs["failed_because"] for t in failed} == {OOM}

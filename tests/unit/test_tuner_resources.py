@@ -1,8 +1,13 @@
-"""check_resources: a trial that no node could ever run is refused before anything starts (it would pend forever)."""
+"""Before anything starts: a trial that no node could ever run (it would pend forever), or that could only fail, is
+refused."""
+from pathlib import Path
+
 import pytest
 
 from sweep import tuner
-from sweep.space import ResourcesConfig
+from sweep.space import ResourcesConfig, load_sweep
+from tests.conftest import CONFIGS
+from trainables import config
 from trainables.errors import ConfigError
 
 
@@ -37,3 +42,25 @@ def test_a_dashboard_url_is_not_a_cluster_address():
     with pytest.raises(ConfigError) as info:
         tuner.connect("http://127.0.0.1:8265")
     assert info.value.key == "--address"
+
+
+def test_a_local_ray_without_token_authentication_is_refused(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(ConfigError) as info:
+        tuner.connect(None)
+    assert info.value.key == "RAY_AUTH_MODE" and "token" in info.value.reason
+
+
+@pytest.mark.parametrize("gpu, refused", [(0, True), (0.5, False)])
+def test_cuda_trials_that_ask_for_no_gpu_are_refused_before_anything_runs(cluster, gpu, refused):
+    """Ray hides the GPUs from a trial that asks for none: such a trial could only fail, on every try."""
+    cluster += [{"Alive": True, "Resources": {"CPU": 2.0, "GPU": 1.0, "memory": 2.0 ** 34}}]
+    base, sweep, points = load_sweep(CONFIGS / "debug_grid.yaml", ["sweep.axes=[{key: device, values: [cpu, cuda]}]"])
+    members = tuner.members(points, Path("/nonexistent"))
+    if refused:
+        with pytest.raises(ConfigError, match="cuda needs sweep.resources.gpu > 0") as info:
+            tuner.plan(config.to_dict(base), members, 1, gpu)
+        assert info.value.key == "device"
+    else:
+        assert len(tuner.plan(config.to_dict(base), members, 1, gpu)) == len(points)

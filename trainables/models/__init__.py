@@ -32,6 +32,15 @@ class ModelSpec:
     def phases(self, cfg, optim: OptimConfig, model: nn.Module) -> list[Phase]:
         return [Phase(optim.build(model.parameters()), optim.max_steps, optim.batch_size)]
 
+    def batch_sizes(self, cfg, optim: OptimConfig) -> dict[str, int]:
+        """The config key of each training batch -> its size (what trainables/memory.py weighs)."""
+        return {"optim.batch_size": optim.batch_size}
+
+    def activation_floats(self, cfg, d_vocab: int, n_ctx: int, scored: int) -> float:
+        """Floats a forward pass keeps per sequence of n_ctx positions (`scored` of them unembedded): a rough upper
+        bound of the activations autograd holds, for trainables/memory.py."""
+        raise NotImplementedError
+
     def figures(self, arrays: dict) -> dict:
         """Media key -> Figure of the model's weights saved in attention.npz (the report)."""
         return {}

@@ -9,6 +9,8 @@ arrays and the headline columns that progress tables, reports and W&B panels sho
 from __future__ import annotations
 
 import importlib
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -17,6 +19,30 @@ import torch
 
 
 PAD_LABEL = -1  # the per-position label of padding, in every task
+# Metric names say what their values can be: accuracies, rates, shares and success flags lie in [0, 1] (the last
+# part of the name is or ends in acc, rate, share or success, or starts with acc), losses in [0, inf).
+_UNIT_INTERVAL = re.compile(r"(^|_)(acc|rate|share|success)$|^acc_")
+_LOSS = re.compile(r"(^|_)loss$")
+
+
+def metric_range(name: str) -> tuple[float, float]:
+    """The values metric `name` can take, by the naming rule above; (-inf, inf) for a metric it does not cover."""
+    leaf = name.rsplit("/", 1)[-1]
+    if _UNIT_INTERVAL.search(leaf):
+        return 0.0, 1.0
+    return (0.0, math.inf) if _LOSS.search(leaf) else (-math.inf, math.inf)
+
+
+def threshold_problem(metric: str, threshold: float, above: bool) -> str | None:
+    """Why `threshold` cannot separate successes from failures of `metric` (None when it can): outside the metric's
+    range, or at the end every value passes (success when >= threshold if `above`, else <=)."""
+    low, high = metric_range(metric)
+    if not math.isfinite(threshold):
+        return f"must be a finite number, got {threshold}"
+    if not (low < threshold <= high if above else low <= threshold < high):
+        return (f"{metric} lies in [{low:g}, {high:g}]: success at {'>=' if above else '<='} {threshold:g} is "
+                f"{'never' if (threshold > high if above else threshold < low) else 'always'} reached")
+    return None
 
 
 @dataclass
@@ -90,7 +116,7 @@ class Task:
     headline: tuple[str, ...] = ()  # metrics a trial's one-line summary and the reports show first
     table_columns: tuple[str, ...] = ()  # the metrics of the reports' results tables
     curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels
-    short_names: dict[str, str] = {}  # the live progress table's columns: metric -> a narrow name
+    short_names: dict[str, str] = {}  # metric -> a narrow name, where space is short (a figure's contour label)
     figures_module: str = ""  # the module with all_figures(arrays), all_images(arrays) and NOTE, imported lazily
     dashboard: tuple[PanelSection, ...] = ()  # the W&B workspace and report sections
 

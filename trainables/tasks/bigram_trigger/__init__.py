@@ -3,7 +3,8 @@ corpus.py), generator (data.py), metrics (metrics.py) and figures (figures.py).
 
 Evaluation splits and what is measured on each (metric names are `group/name`, DESIGN's contract):
 - `id` (train split): `id/loss`, `id/acc` over the positions the loss reads (task.loss_on); `head/*` (label >= 2),
-  `bigram/loss`, `bigram/excess`, `bigram/floor` (label 0), and the attention probes `attn/*`.
+  `bigram/loss` (and `_early`, `_late`: first and second half of the positions), `bigram/excess`, `bigram/floor`
+  (label 0), and the attention probes `attn/*`.
 - `ood` (heldout split: outputs only from tokens never used as outputs in training): `ood/loss`, `ood/acc` over the
   positions the loss reads, and the success metric `ood/head_acc` (with `ood/head_loss`) where label >= 2.
 - `late` (late_pairs split: Wang & Sato's probe, no trigger in the first quarter): `late/loss`, `late/acc` where

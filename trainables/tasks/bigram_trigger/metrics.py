@@ -39,17 +39,22 @@ def recall_metrics(logits: torch.Tensor, batch: Batch, name: str = "head") -> di
 
 
 def bigram_metrics(logits: torch.Tensor, batch: Batch, bigram: Bigram) -> dict[str, float]:
-    """`bigram/loss`: cross-entropy where label == 0 (targets drawn from pi_b(. | z_t)). `bigram/excess`: that loss
-    minus the mean of H(pi_b(. | z_t)) over the same positions, the exact floor there (0: the bigram is learned).
+    """`bigram/loss`: cross-entropy where label == 0 (targets drawn from pi_b(. | z_t)), also over the early and late
+    positions (`bigram/loss_early`, `bigram/loss_late`). `bigram/excess`: that loss minus the mean of H(pi_b(. | z_t))
+    over the same positions, the exact floor there (0: the bigram is learned).
 
     The excess is the honest comparison: SPEC's `bigram/floor` averages H over pi_u, but label-0 positions are the
     non-trigger ones, whose entropies differ (fixed triggers are the most frequent tokens)."""
     ordinary = batch.labels == 0  # (B, T)
     if not ordinary.any():
-        return {"bigram/loss": math.nan, "bigram/excess": math.nan}
-    loss = F.cross_entropy(logits[ordinary].double(), batch.targets[ordinary]).item()
+        return {key: math.nan for key in ("bigram/loss", "bigram/loss_early", "bigram/loss_late", "bigram/excess")}
+    early, late = halves(ordinary.shape[1], ordinary.device)
+    loss = lambda where: (F.cross_entropy(logits[where].double(), batch.targets[where]).item() if where.any()
+                          else math.nan)
     floor = bigram.row_entropy.to(logits.device)[batch.tokens[ordinary]].mean().item()
-    return {"bigram/loss": loss, "bigram/excess": loss - floor}
+    overall = loss(ordinary)
+    return {"bigram/loss": overall, "bigram/loss_early": loss(ordinary & early),
+            "bigram/loss_late": loss(ordinary & late), "bigram/excess": overall - floor}
 
 
 def previous_token_hits(patterns: list[torch.Tensor]) -> torch.Tensor:

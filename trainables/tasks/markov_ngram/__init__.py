@@ -4,6 +4,15 @@ in-context strategies and attention probes (metrics.py), Chen et al.'s chi-squar
 
 Success is a loss gap to minimise: `ood/gap` = the model's loss minus the Bayes-optimal in-context predictor's, on
 tables never in the training pool, at most eval.threshold (nats).
+
+SPEC §5's names and the metrics that carry them (split-prefixed, as every task's evaluation metrics are: `id` = tables
+from the pool, `ood` = fresh tables):
+- `icl/loss`, `icl/bayes_loss`, `icl/gap`, `icl/unigram_loss` -> `<split>/loss`, `<split>/bayes_loss`, `<split>/gap`,
+  `<split>/unigram_loss` (and `<split>/bigram_loss`, the order-1 strategy, for Edelman's stages);
+- `attn/parent_lags` (per first-layer head, the offset its attention peaks at) -> `attn/lag_L0H{h}` (one scalar per
+  head; `attn/lag_mass_L0H{h}`: its mass there), summarised by `attn/parent_mass_{m}` and `attn/parent_coverage`;
+  the theory's parent lags themselves are `parent_lags` in attention.npz;
+- the modified chi-square mutual information -> `mi/*` in the summary and `mi_*` arrays (mutual_info.py).
 """
 from __future__ import annotations
 

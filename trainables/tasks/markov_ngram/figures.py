@@ -121,9 +121,18 @@ def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
 
 
 def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
-    """W&B media key -> (uint8 image, caption): the lag profile and the patterns as plain heatmaps (no figure drawn;
-    the chi-square MI is a function of the data model, in the run's summary)."""
+    """W&B media key -> (uint8 image, caption): the lag profile, the chi-square MI per lag set and the patterns as
+    plain heatmaps (no figure drawn)."""
     out = {}
+    if "mi_modified" in arrays:
+        names = ["{" + ",".join(str(m + 1) for m in np.nonzero(row)[0]) + "}" for row in np.asarray(arrays["mi_lags"])]
+        rows = np.stack([np.asarray(arrays[k], dtype=float) for k in ("mi_standard", "mi_modified")])  # (2, K)
+        rows = rows / np.maximum(rows.max(1, keepdims=True), 1e-12)  # each criterion on its own scale
+        best = [np.nonzero(np.isclose(row, 1.0, rtol=TIE_TOLERANCE, atol=0))[0] for row in rows]
+        marks = [(np.repeat([r], len(cols)), cols, (255, 255, 255)) for r, cols in enumerate(best)]
+        out["mi/chi2"] = (figures.heatmap_image(rows, 0.0, 1.0, marks=marks, cell=16),
+                          "chi-square MI per lag set (columns: " + " ".join(names) + "), standard (top) and modified "
+                          "(bottom) criterion, each divided by its maximum; white dots: its argmax")
     if "lag_profile" in arrays:
         heads = np.asarray(arrays["lag_profile"][0], dtype=float)[:, :MAX_OFFSET_SHOWN]  # (H, offsets) of layer 0
         parents = np.asarray(arrays.get("parent_lags", np.array([])), dtype=int)

@@ -44,6 +44,9 @@ def in_context_probs(sequences: torch.Tensor, positions: torch.Tensor, k: int, v
     p(y) = (count(ctx -> y) + alpha) / (count(ctx) + S alpha), counts over the transitions j <= t of the sequence so
     far whose k-1 preceding tokens equal the k-1 tokens before t+1. With k = n and Dirichlet(alpha) rows this is the
     posterior mean of the table's row, the Bayes-optimal prediction; k = 1 counts tokens (the unigram strategy).
+    Exactly so when the first tokens are uniform (Chen); with task.first=stationary (Edelman) the first token also
+    carries a little evidence about the table, which the counts ignore, so the "Bayes" loss is then a near-optimal
+    reference, not a strict floor.
     Vectorised as the ideal induction head: each scored position "attends" to every earlier position whose context
     matches its own and counts the tokens there.
     """

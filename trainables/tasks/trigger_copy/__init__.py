@@ -24,7 +24,7 @@ class TriggerCopy(Task):
     diversity_axis = "data/max_sum_ratio"
     diversity_label = "R (small = diverse)"
     headline = ("ood/acc", "id/acc", "ood/pseudo_rate", "mech/induction_score", "data/max_sum_ratio")
-    table_columns = headline + ("mech/positional_score", "data/width")
+    table_columns = headline + ("ood/acc_seen_pos", "ood/acc_new_pos", "mech/positional_score", "data/width")
     curve_metrics = ("train/loss", "ood/loss", "id/acc", "ood/acc")
     short_names = {"ood/acc": "ood/acc", "id/acc": "id/acc", "mech/induction_score": "induction",
                    "data/max_sum_ratio": "R"}
@@ -100,12 +100,16 @@ class TriggerCopy(Task):
         return {"id": "train", "ood": cfg.ood_split}
 
     def metrics(self, cfg, prefix, batch, logits, cache) -> dict[str, float]:
-        """On the OOD split: how often the shortcut's answer is given, and the last layer's attention at the query on
-        the output token and on the shortcut position."""
+        """On the OOD split: how often the shortcut's answer is given, the accuracy where the first trigger sits at a
+        position training put one and where it does not, and the last layer's attention at the query on the output
+        token and on the shortcut position."""
         if prefix != "ood":
             return {}
         attention = pattern_at(cache, -1, batch.query)  # (B, H, T) of the last layer at the query
-        return (metrics.shortcut_rates(logits.argmax(-1), batch, min(distribution(cfg.lengths, cfg.n_triggers)))
+        support = sorted(distribution(cfg.lengths, cfg.n_triggers))
+        predictions = logits.argmax(-1)
+        return (metrics.shortcut_rates(predictions, batch, support[0])
+                | metrics.accuracy_by_trigger_position(predictions == batch.scored_targets(), batch, support)
                 | metrics.mechanism_scores(attention, batch))
 
     def weight_metrics(self, cfg, matrices) -> dict[str, float]:

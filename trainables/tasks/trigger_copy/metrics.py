@@ -49,6 +49,20 @@ def mechanism_scores(attention: torch.Tensor, batch: Batch) -> dict[str, float]:
     }
 
 
+def accuracy_by_trigger_position(correct: torch.Tensor, batch: Batch, support: list[int]) -> dict[str, float]:
+    """OOD accuracy split by whether the first trigger sits where training put it: training sequences have l1 = l for
+    l in the support S, so an OOD sequence with l1 in S has its trigger (and output) at a position a training trigger
+    (and output) has occupied. A model whose induction head works only at the positions it was trained at (one-hot
+    absolute positions) copies the first kind and fails the second; a position-free one does both.
+
+    `ood/seen_pos_share`: the share of OOD sequences of the first kind; `ood/acc_seen_pos`, `ood/acc_new_pos`: the
+    accuracy over each kind (NaN where there is none). correct (B,) bool."""
+    seen = torch.isin(batch.info["l1"], torch.tensor(support, device=correct.device))  # (B,)
+    mean = lambda where: correct[where].double().mean().item() if where.any() else float("nan")
+    return {"ood/seen_pos_share": seen.double().mean().item(), "ood/acc_seen_pos": mean(seen),
+            "ood/acc_new_pos": mean(~seen)}
+
+
 def accuracy_by_pair(correct: torch.Tensor, batch: Batch, max_len: int) -> torch.Tensor:
     """(L, L) float64 matrix: accuracy of the sequences with (l1, l2) at [l1, l2]; NaN where there were none."""
     index = (batch.info["l1"] * max_len + batch.info["l2"]).cpu()

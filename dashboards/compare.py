@@ -1,0 +1,73 @@
+"""`headsweep compare DIR [DIR ...] --out FILE.png`: the thresholds several threshold searches measured, on one
+figure against the theory's reference value of each slice (the task's diversity measure at diversity* against the
+value its theory lines give), with the points as FILE.csv beside it. Reads only the search directories (config.yaml,
+min_diversity.csv): searches of two models side by side are the project's theory-against-practice figure."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dashboards.report import read_config, slice_configs, theory_values
+from trainables import figures
+from trainables.errors import ConfigError
+from trainables.io import atomic_write
+from trainables.tasks import task_of
+
+
+def threshold_points(out: Path) -> tuple[pd.DataFrame, str]:
+    """One row per slice of the search in `out` (its slice keys, `theory`: the task's reference value of its
+    diversity measure, `measured`: that measure at diversity*, NaN where no candidate generalized, `bound`: where
+    none did, the measure at the last value that failed), and the name of that measure."""
+    cfg = read_config(out / "config.yaml")
+    if cfg is None or not (out / "min_diversity.csv").exists():
+        raise ConfigError("DIR", f"{out} is not the output of a threshold search (no config.yaml and "
+                                 "min_diversity.csv)")
+    axis = task_of(cfg).diversity_axis
+    minimal = pd.read_csv(out / "min_diversity.csv")
+    slice_keys = [a["key"] for a in (cfg.get("search") or {}).get("slices", [])]
+    measured = minimal[axis] if axis in minimal else pd.Series(np.nan, index=minimal.index)
+    theory = pd.to_numeric(pd.Series(theory_values(cfg, minimal, slice_keys, axis), index=minimal.index))
+    if theory.isna().all():
+        raise ConfigError("DIR", f"{out}: its task gives no theory value for {axis}; nothing to compare against")
+    name = f"{out.name} ({(cfg.get('model') or {}).get('name', '?')})"
+    points = minimal[slice_keys].assign(search=name, theory=theory,
+                                        measured=measured.where(minimal["diversity_star"].notna()),
+                                        bound=_at_widest_failure(cfg, minimal, slice_keys, axis))
+    return points, axis
+
+
+def _at_widest_failure(cfg: dict, minimal: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.Series:
+    """Per slice that found no threshold, the diversity measure at the last knob value it tried and saw fail
+    (`below_star`): whatever the threshold is, it lies beyond that. NaN for the other slices."""
+    knob = ((cfg.get("search") or {}).get("knob") or {}).get("key")
+    bound = pd.Series(np.nan, index=minimal.index)
+    if not knob or "below_star" not in minimal:
+        return bound
+    none_found = minimal["diversity_star"].isna() & minimal["below_star"].notna()
+    rows = minimal[none_found].rename(columns={"below_star": knob})  # the slice with the knob at its widest failure
+    for index, slice_cfg in zip(rows.index, slice_configs(cfg, rows, slice_keys + [knob])):
+        if slice_cfg is not None:
+            bound[index] = task_of(slice_cfg).diversity(slice_cfg.task).get(axis, np.nan)
+    return bound
+
+
+def compare(dirs: list[Path], out: Path) -> tuple[Path, Path]:
+    """Write the figure to `out` (PNG) and its points to `out` with .csv; ConfigError naming a DIR that is not a
+    threshold search, or searches of tasks with different diversity measures."""
+    if out.suffix != ".png":
+        raise ConfigError("--out", f"must name a .png file, got {out}")
+    found = [threshold_points(d) for d in dirs]
+    axes = {axis for _, axis in found}
+    if len(axes) > 1:
+        raise ConfigError("DIR", f"the searches measure different things ({', '.join(sorted(axes))})")
+    points = pd.concat([frame for frame, _ in found], ignore_index=True)
+    png = figures.png_bytes(figures.thresholds_against_theory(points, axes.pop()))  # drawn before anything is written
+    table = out.with_suffix(".csv")
+    try:
+        atomic_write(out, png)
+        atomic_write(table, points.to_csv(index=False))
+    except OSError as e:
+        raise ConfigError("--out", f"cannot write {out}: {e.strerror or e}") from None
+    return out, table

@@ -1,0 +1,124 @@
+"""Before the first trial: can every node of the cluster read and write the output directory the driver sees?
+
+Since Ray 2.7 Tune copies no trial files between nodes: each trial writes its results, checkpoints and W&B offline
+runs straight into --out, and the driver reads them back (results.csv, the search's tells, resuming). On storage
+that a node does not share, its trials "succeed" and their results are nowhere the driver looks. So the driver writes
+a file with a random token into --out, one task pinned to each alive node reads it back and writes its own, and the
+driver reads those: any mismatch is one line and exit 2, before anything has started.
+"""
+from __future__ import annotations
+
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import ray
+from ray.exceptions import RayError, TaskUnschedulableError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from trainables.errors import ConfigError
+
+PROBE_PREFIX = ".preflight-"  # the probe directory inside --out: PROBE_PREFIX + token, gone when the check ends
+DRIVER_FILE = "driver"
+ANSWER_S = 120  # a node whose probe has not answered by then counts as failed (a fresh worker starts in seconds)
+# NFS clients cache lookups and attributes for a few seconds: a file another machine just wrote may show up late.
+VISIBLE_WITHIN_S = 10
+
+
+def check_shared_storage(out: Path) -> None:
+    """Raise ConfigError("--out", ...) naming the first node that cannot read or write `out` as the driver sees it.
+    Creates `out` for the probe and leaves it only if the check passes: a failed check has written nothing."""
+    out = out.resolve()
+    created = _missing_ancestors(out)
+    token = secrets.token_hex(16)
+    probes = out / f"{PROBE_PREFIX}{token}"
+    passed = False
+    try:
+        try:
+            probes.mkdir(parents=True)
+            (probes / DRIVER_FILE).write_text(token)
+        except OSError as e:
+            raise ConfigError("--out", f"the driver cannot write {out} ({e.strerror or e})") from None
+        _check_nodes(probes, token)
+        passed = True
+    finally:
+        shutil.rmtree(probes, ignore_errors=True)
+        if not passed:
+            for directory in created:  # deepest first; rmdir never removes what someone else put there
+                _rmdir_if_empty(directory)
+
+
+def _check_nodes(probes: Path, token: str) -> None:
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    pending = {_probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+               .remote(str(probes), token, _node_file(n)): n for n in nodes}
+    ready, late = ray.wait(list(pending), num_returns=len(pending), timeout=ANSWER_S)
+    if late:
+        ray.cancel(late[0], force=True)
+        raise _cannot(pending[late[0]], "read", probes, f"its probe did not answer within {ANSWER_S} s")
+    for ref in ready:
+        node = pending[ref]
+        try:
+            problem = ray.get(ref)
+        except TaskUnschedulableError:
+            continue  # the node left since ray.nodes() listed it (Ray takes seconds to notice): no trial goes there
+        except RayError as e:  # e.g. it died during the probe, or cannot import this code
+            problem = "its probe failed: " + (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+        if problem is not None:
+            raise _cannot(node, "read", probes, problem)
+        if (problem := _read_token(probes / _node_file(node), token)) is not None:
+            raise _cannot(node, "write", probes, f"the driver reads {_node_file(node)}: {problem}")
+
+
+@ray.remote(max_retries=0)
+def _probe(directory: str, token: str, name: str) -> str | None:
+    """On one node: None if it read the driver's token from `directory` and wrote its own file there, else why not.
+    It writes only after reading: a node that does not share the directory leaves nothing on its own disk."""
+    directory = Path(directory)
+    if (problem := _read_token(directory / DRIVER_FILE, token)) is not None:
+        return f"it reads {DRIVER_FILE}: {problem}"
+    try:
+        (directory / name).write_text(token)
+    except OSError as e:
+        return f"it writes {name}: {e.strerror or e}"
+    return None
+
+
+def _read_token(path: Path, token: str) -> str | None:
+    """None once `path` holds `token` (waiting up to VISIBLE_WITHIN_S for it to show), else what was wrong."""
+    deadline = time.monotonic() + VISIBLE_WITHIN_S
+    while True:
+        try:
+            problem = None if path.read_text() == token else "it holds another token"
+        except OSError as e:
+            problem = e.strerror or str(e)
+        if problem is None or time.monotonic() > deadline:
+            return problem
+        time.sleep(0.2)
+
+
+def _cannot(node: dict, verb: str, probes: Path, why: str) -> ConfigError:
+    where = f"{node.get('NodeManagerAddress', '?')}/{node['NodeID'][:8]}"
+    return ConfigError("--out", f"node {where} cannot {verb} {probes.parent} ({why}): trial outputs must be on storage "
+                                "every node and the driver share (docs/CLUSTER.md)")
+
+
+def _node_file(node: dict) -> str:
+    return f"node-{node['NodeID']}"
+
+
+def _missing_ancestors(path: Path) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _rmdir_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,206 @@
+"""Several drivers (`headsweep search` processes, on one machine or many) may work on the same studies at once: the
+same --out with its journal, or one --storage database. Every trial records the driver that asked it, in the very
+write that creates it, and the rules below read that record the same way from every driver's side:
+
+- A driver is its host, boot, pid and the process's start time (a reused pid is another driver). While it trains,
+  it refreshes a heartbeat on its running trials every HEARTBEAT_S (Heartbeat).
+- A RUNNING trial is live while its driver is: on this host (same boot), while that very process exists; on another
+  host, while its heartbeat is younger than STALE_S. Any other RUNNING trial is a zombie (a killed driver's
+  leftover, or a trial from before drivers were recorded): fail_zombies fails and marks it, and its candidate is
+  asked again.
+- A study with a live trial of another driver is taken: one driver works on a study at a time, so drivers share a
+  search slice by slice, and the others wait for its result. Drivers announce themselves in a Roster, and each asks
+  in at most an even share of the free studies per round (its own slices first), leaving the rest to the others.
+- Two drivers may still ask in one study at once, each having seen it free. ask() notes the earlier trials still
+  running when its trial was created, read before its sampler reads the study: the candidate was chosen without
+  their results (a threshold sampler would choose the very same one), so it loses to any of them that a live other
+  driver holds (lost_to), is failed with `lost_to` and never trained. The earliest of a group of simultaneous asks
+  sees none of the others as earlier, so one of them always goes ahead; the rule needs no clock and no lock.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from functools import cache
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+DRIVER = "driver"  # user attr: {host, boot, pid, started} of the driver that asked the trial
+HEARTBEAT = "heartbeat"  # user attr: when (epoch seconds) the driver last said it is alive
+LOST_TO = "lost_to"  # user attr of a failed trial: the number of the earlier trial that went ahead instead
+ZOMBIE = "zombie"  # user attr of a failed trial: its driver died while it ran
+HEARTBEAT_S = 30.0  # a driver refreshes its running trials' heartbeat this often
+STALE_S = 600.0  # a trial of another host is a zombie once its heartbeat is this old (clocks must agree to ~minutes)
+
+
+@cache
+def _boot_id() -> str:
+    """The kernel's id of this boot: after a reboot, the pids recorded before it name nothing."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None if there is no such process. Without /proc (not
+    Linux), 0 for any process that exists."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22; the name before ')' may hold spaces
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # another user's process
+        pass
+    return 0
+
+
+def driver(pid: int | None = None) -> dict:
+    """The identity of this process (or of the process `pid` on this host), as trials record it."""
+    pid = pid or os.getpid()
+    return {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid, "started": _start_ticks(pid)}
+
+
+def alive(trial: FrozenTrial, now: float | None = None) -> bool:
+    """Whether the driver of a RUNNING trial is still there (see the module docstring)."""
+    return _alive(trial.user_attrs.get(DRIVER), trial.user_attrs.get(HEARTBEAT, 0.0), now)
+
+
+def _alive(owner: dict | None, heartbeat: float, now: float | None = None) -> bool:
+    if not owner:
+        return False
+    here = driver()
+    if (owner["host"], owner["boot"]) == (here["host"], here["boot"]):
+        started = _start_ticks(owner["pid"])
+        return started is not None and started == owner["started"]
+    return (now or time.time()) - heartbeat < STALE_S
+
+
+def mine(trial: FrozenTrial, me: dict | None = None) -> bool:
+    return trial.user_attrs.get(DRIVER) == (me or driver())
+
+
+def fail_zombies(study: optuna.Study, mine_too: bool = False) -> list[int]:
+    """Fail the RUNNING trials whose driver is gone, and with mine_too this process's own (their candidates are
+    asked again); returns their numbers."""
+    failed, me = [], driver()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if alive(trial) and not (mine_too and mine(trial, me)):
+            continue
+        storage = study._storage  # noqa: SLF001 (Optuna has no public API to finish another process's trial)
+        try:
+            storage.set_trial_user_attr(trial._trial_id, ZOMBIE, True)  # noqa: SLF001
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # noqa: SLF001
+            failed.append(trial.number)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another driver failed it first
+            continue
+    return failed
+
+
+def taken(study: optuna.Study, me: dict | None = None) -> bool:
+    """A live driver other than this one has a trial running in the study: leave the study to it for now."""
+    me = me or driver()
+    return any(not mine(t, me) and alive(t) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+
+def ask(study: optuna.Study, distributions: dict, me: dict | None = None) -> tuple[optuna.Trial, list[FrozenTrial]]:
+    """study.ask(distributions), with the driver written in the same write that creates the trial (so no trial is
+    ever RUNNING without one), and the earlier trials still running at that moment, read before the sampler reads
+    the study (what the candidate was chosen without)."""
+    owner = {DRIVER: me or driver(), HEARTBEAT: time.time()}
+    running = lambda number: [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                              if t.number < number]
+    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        # An enqueued candidate (study.enqueue_trial): only study.ask takes it, and the driver is written just after,
+        # so for a moment the trial has none; enqueueing is for tests and hand-steered studies, not shared searches.
+        trial = study.ask(distributions)
+        for name, value in owner.items():
+            trial.set_user_attr(name, value)
+        return trial, running(trial.number)
+    template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=owner)
+    storage = study._storage  # noqa: SLF001 (study.ask cannot create a trial with attributes)
+    trial_id = storage.create_new_trial(study._study_id, template_trial=template)  # noqa: SLF001
+    in_flight = running(storage.get_trial_number_from_id(trial_id))
+    study._thread_local.cached_all_trials = None  # noqa: SLF001 (as study.ask: samplers read the study afresh)
+    trial = optuna.Trial(study, trial_id)
+    for name, distribution in distributions.items():
+        trial._suggest(name, distribution)  # noqa: SLF001 (what study.ask does with fixed_distributions)
+    return trial, in_flight
+
+
+def last_mine(study: optuna.Study, me: dict | None = None) -> bool:
+    """The study's latest trial is this driver's (it keeps the slice it has been working on)."""
+    trials = [t for t in study.get_trials(deepcopy=False) if DRIVER in t.user_attrs]
+    return bool(trials) and mine(trials[-1], me)
+
+
+def lost_to(in_flight: list[FrozenTrial], me: dict | None = None) -> FrozenTrial | None:
+    """The earlier running trial of a live other driver that a new trial gives way to (see ask), or None."""
+    me = me or driver()
+    return next((t for t in in_flight if not mine(t, me) and alive(t)), None)
+
+
+class Roster:
+    """The drivers at work on a search: each announces itself (with a heartbeat) in a user attr of one of its studies
+    (the first slice's), so each can take an even share of the free studies. Only a matter of balance: correctness
+    never rests on the roster."""
+
+    def __init__(self, study: optuna.Study, me: dict | None = None):
+        self.study, self.me, self.announced = study, me or driver(), -STALE_S
+        self.key = "driver {host} {pid} {started}".format(**self.me)
+
+    def announce(self) -> None:
+        """Say this driver is at work (at most every HEARTBEAT_S / 2; the journal keeps every write)."""
+        if time.time() - self.announced >= HEARTBEAT_S / 2:
+            self.announced = time.time()
+            self.study.set_user_attr(self.key, {DRIVER: self.me, HEARTBEAT: self.announced})
+
+    def live(self) -> int:
+        """How many drivers are at work, this one included."""
+        entries = [v for k, v in self.study.user_attrs.items() if k.startswith("driver ") and k != self.key]
+        return 1 + sum(_alive(e[DRIVER], e[HEARTBEAT]) for e in entries)
+
+
+class Heartbeat:
+    """A daemon thread that refreshes the heartbeat of this driver's running trials every HEARTBEAT_S, so drivers on
+    other hosts can tell a slow trial from a dead driver's. add() a trial when it is asked, discard() it before it is
+    told."""
+
+    def __init__(self, roster: Roster | None = None, interval: float = HEARTBEAT_S):
+        self.trials: dict[int, optuna.Trial] = {}
+        self.roster = roster
+        self.lock, self.stopped, self.interval = threading.Lock(), threading.Event(), interval
+        self.thread = threading.Thread(target=self._run, name="headsweep-heartbeat", daemon=True)
+        self.thread.start()
+
+    def add(self, trial: optuna.Trial) -> None:
+        with self.lock:
+            self.trials[trial._trial_id] = trial  # noqa: SLF001
+
+    def discard(self, trial: optuna.Trial) -> None:
+        with self.lock:
+            self.trials.pop(trial._trial_id, None)  # noqa: SLF001
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            if self.roster:
+                self.roster.announce()
+            with self.lock:
+                for trial in list(self.trials.values()):
+                    try:
+                        trial.set_user_attr(HEARTBEAT, time.time())
+                    except optuna.exceptions.UpdateFinishedTrialError:  # failed by another driver meanwhile
+                        self.trials.pop(trial._trial_id, None)  # noqa: SLF001

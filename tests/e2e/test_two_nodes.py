@@ -1,0 +1,127 @@
+"""Two Ray nodes on 127.0.0.1 (a head and a second node, 1 CPU each, each in its own session): a grid that loses its
+second node midway still finishes every point (the trial it was training is retried on the head, from its last
+registered checkpoint if any), and a grid whose output directory the second node does not see is refused before
+anything runs."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from tests.conftest import CONFIGS
+from tests.e2e.conftest import alive, log_tail, node_processes, start_head, start_node, stop_head, stop_node
+
+pytestmark = pytest.mark.e2e
+HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
+CONFIG = CONFIGS / "debug_two_nodes.yaml"  # 4 points, 1 member per trial, checkpoint every 50 of 400 steps
+POINTS = [f"high={high},seed={seed}" for high in (4, 5) for seed in (0, 1)]
+GRID_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def head():
+    head = start_head(num_cpus=1)
+    try:
+        yield head
+    finally:
+        survivors = stop_head(head)
+        assert not survivors, f"processes of the test's ray head survived SIGKILL: {survivors}"
+
+
+def test_a_grid_loses_its_second_node_and_still_finishes_every_point(head, tmp_path):
+    out = (tmp_path / "grid").resolve()  # the same path on both nodes: they share this machine's filesystem
+    node = grid = None
+    try:
+        node = start_node(head, num_cpus=1)
+        with open(tmp_path / "grid.log", "wb") as log:
+            grid = subprocess.Popen([HEADSWEEP, "grid", str(CONFIG), "--out", str(out), "--address", head.address],
+                                    env=head.client_env(), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        victim = wait_for_a_checkpointed_trial_on(node, out, grid)
+        # Freeze the node before looking: a trial whose result.json is missing now has not finished, so Tune must
+        # retry it (a trial that finished between the look and the kill would prove nothing).
+        freeze(node)
+        unfinished = not (victim / "result.json").exists()
+        survivors = stop_node(node)  # SIGKILL its process group and every worker it started: the machine died
+        assert not survivors, survivors
+
+        assert grid.wait(timeout=GRID_TIMEOUT_S) == 0, log_tail(tmp_path / "grid.log", 80)
+        frame = pd.read_csv(out / "results.csv")
+        assert sorted(frame["trial"]) == sorted(POINTS) and set(frame["status"]) == {"completed"}, frame
+        for point in POINTS:
+            assert (out / "trials" / point / "result.json").exists()
+        if unfinished:
+            assert failures(out)[victim.name] >= 1  # Tune saw it fail with the node, and retried it to its end
+        assert not list(out.glob(".preflight-*"))  # the storage check passed on both nodes and left nothing
+    finally:
+        stop_driver(grid)
+        survivors = stop_node(node) if node is not None else []
+        assert not survivors, survivors
+
+
+def test_a_node_that_does_not_see_the_output_directory_is_refused_before_anything_runs(head, tmp_path):
+    # The second node runs in a mount namespace of its own, where a fresh tmpfs hides what is in `shared`: the
+    # driver's --out is there for the driver and the head, and missing for that node (storage it does not share).
+    shared = (tmp_path / "shared").resolve()
+    shared.mkdir()
+    out = shared / "grid"
+    hide = ("unshare", "--mount", "--propagation", "private",
+            "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(shared))
+    node = start_node(head, num_cpus=1, wrapper=hide)
+    try:
+        proc = subprocess.run([HEADSWEEP, "grid", str(CONFIG), "--out", str(out), "--address", head.address],
+                              env=head.client_env(), capture_output=True, text=True, timeout=GRID_TIMEOUT_S)
+    finally:
+        survivors = stop_node(node)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"headsweep: error: --out: node 127.0.0.1/{node.node_id[:8]} cannot read {out} ("), error
+    assert error.endswith("trial outputs must be on storage every node and the driver share (docs/CLUSTER.md)")
+    assert not out.exists() and not list(shared.iterdir())  # nothing written, probe files gone
+    assert not survivors, survivors
+
+
+def stop_driver(grid: subprocess.Popen | None) -> None:
+    """SIGKILL a driver still running (its own session; its Ray processes belong to the nodes)."""
+    if grid is not None and grid.poll() is None:
+        os.killpg(grid.pid, signal.SIGKILL)
+        grid.wait(timeout=30)
+
+
+def wait_for_a_checkpointed_trial_on(node, out: Path, grid: subprocess.Popen) -> Path:
+    """The directory of a trial that a worker of `node` is training and that has logged an evaluation (whose
+    checkpoint it has staged): its worker holds the trial's metrics.jsonl open."""
+    deadline = time.monotonic() + GRID_TIMEOUT_S
+    while time.monotonic() < deadline and grid.poll() is None:
+        for p in alive(node_processes(node)):
+            try:
+                paths = [Path(f.path) for f in p.open_files()]
+            except psutil.Error:
+                continue
+            for path in paths:
+                if path.name == "metrics.jsonl" and out in path.parents and path.stat().st_size > 0:
+                    return path.parent
+        time.sleep(0.2)
+    pytest.fail(f"no trial ran on the second node (grid exit {grid.poll()})")
+
+
+def freeze(node) -> None:
+    """SIGSTOP every process of the node (workers have process groups of their own)."""
+    os.killpg(node.process.pid, signal.SIGSTOP)
+    for p in alive(node_processes(node)):
+        try:
+            p.suspend()
+        except psutil.Error:
+            pass
+
+
+def failures(out: Path) -> dict[str, int]:
+    """Trial id -> how many times Tune saw it fail, from the grid's experiment state."""
+    state = json.loads(next((out / "ray" / "grid").glob("experiment_state-*.json")).read_text())
+    return {json.loads(meta)["config"]["trial"]: json.loads(run)["num_failures"] for meta, run in state["trial_data"]}

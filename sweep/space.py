@@ -100,9 +100,10 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
             result += [point | {"seed": seed} for seed in sweep.seeds]
     if not result:
         raise ConfigError("sweep.constraints", "no point of the axes satisfies every constraint")
+    base_dict = config.to_dict(base)
     for point in result:
         try:
-            config.with_point(config.to_dict(base), point, check_device=False)
+            config.with_point(base_dict, point, check_device=False)
         except ConfigError as e:
             raise ConfigError(e.key, f"{e.reason} (at sweep point {point_id(point)})") from None
     return result

@@ -7,13 +7,14 @@ key) against the one-step model's. `validate()` asks each part to validate itsel
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import torch
 import yaml
@@ -106,11 +107,61 @@ def load_section(path: str | Path, overrides: list[str], name: str, schema: type
 
 
 def with_point(base: dict, point: dict[str, Any], check_device: bool = True) -> Config:
-    """The validated config of one sweep trial: a base config dict with the point's dotted keys set."""
-    layer = OmegaConf.create()
+    """The validated config of one sweep trial: a base config dict with the point's dotted keys set.
+
+    A sweep builds thousands of these (the driver to plan, each trial for its members), and OmegaConf's merge of a
+    whole config cost more than training a one-step member. So the base is merged once per process and each point's
+    values are set on a copy of it, where every key names a field and every value already has its field's type;
+    anything else (a new task or model name, a list, a string for a number, an unknown key) goes through OmegaConf,
+    which converts it or names what is wrong. Either way the result is resolved and validated."""
+    cfg = _assigned(_merged_base(base), point)
+    if cfg is None:
+        layer = OmegaConf.create()
+        for key, value in point.items():
+            OmegaConf.update(layer, key, value, force_add=True)
+        return from_layers([OmegaConf.create(base), layer], check_device)
+    task_of(cfg).resolve(cfg.task)
+    validate(cfg, check_device)
+    return cfg
+
+
+_merged_bases: dict[str, Config] = {}  # repr(base dict) -> it merged onto its schema, unresolved and unvalidated
+
+
+def _merged_base(base: dict) -> Config:
+    key = repr(base)
+    if key not in _merged_bases:
+        if len(_merged_bases) >= 16:  # a process sees one or two bases; never let the cache grow without bound
+            _merged_bases.clear()
+        layers = [OmegaConf.create(base)]
+        schema = _schema(_name(layers, "task", TASKS), _name(layers, "model", MODELS))
+        _merged_bases[key] = OmegaConf.to_object(merge_checked(schema, layers))
+    return _merged_bases[key]
+
+
+def _assigned(base: Config, point: dict[str, Any]) -> Config | None:
+    """A copy of `base` with the point's values set, or None where one of them needs OmegaConf (see with_point)."""
+    cfg = copy.deepcopy(base)
     for key, value in point.items():
-        OmegaConf.update(layer, key, value, force_add=True)
-    return from_layers([OmegaConf.create(base), layer], check_device)
+        *path, leaf = key.split(".")
+        if key in ("task.name", "model.name"):  # these choose the sections' schemas
+            return None
+        parent = cfg
+        for part in path:
+            parent = getattr(parent, part, None)
+        if not dataclasses.is_dataclass(parent) or leaf not in _field_types(type(parent)):
+            return None
+        kind = _field_types(type(parent))[leaf]
+        if type(value) is kind or (kind is float and type(value) is int):
+            setattr(parent, leaf, kind(value))  # an int for a float field becomes a float, as OmegaConf makes it
+        else:
+            return None
+    return cfg
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
 
 
 def merge_checked(schema: Any, layers: list[DictConfig], prefix: str = "") -> DictConfig:

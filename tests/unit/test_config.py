@@ -112,3 +112,51 @@ def test_to_yaml_round_trips(tmp_path, load_config):
     cfg = load_config("debug.yaml", "seed=7")
     (tmp_path / "c.yaml").write_text(config.to_yaml(cfg))
     assert config.load(tmp_path / "c.yaml", []) == cfg
+
+
+# --- with_point: a copy of the merged base with the point set, else OmegaConf's merge -------------------------------
+
+def _merged_by_omegaconf(monkeypatch):
+    monkeypatch.setattr(config, "_assigned", lambda base, point: None)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml") if "\nsweep:" in p.read_text()))
+def test_every_sweep_point_is_the_config_omegaconf_merges(name, monkeypatch):
+    from sweep.space import load_sweep
+
+    base, _, points = load_sweep(CONFIGS / name, [])
+    base_dict = config.to_dict(base)
+    fast = [config.to_yaml(config.with_point(base_dict, p, check_device=False)) for p in points]
+    _merged_by_omegaconf(monkeypatch)
+    assert fast == [config.to_yaml(config.with_point(base_dict, p, check_device=False)) for p in points]
+
+
+@pytest.mark.parametrize("point", [
+    {"model.eta_V": 3},  # an int for a float field: 3.0
+    {"task.lengths.low": "4"},  # a string for an int: OmegaConf converts it
+    {"task.lengths.weights": [1, 2]},  # a list: OmegaConf types its items
+    {"model.name": "one_step", "optim.lr": 1},  # a section's name (it picks the schema), an int for a float
+    {"seed": 3, "task.lengths.width": 4},  # width resolves high
+])
+def test_a_point_gives_what_omegaconf_gives(point, monkeypatch):
+    base = config.to_dict(config.load(CONFIGS / "paper_theory.yaml"))
+    fast = config.with_point(base, point, check_device=False)
+    _merged_by_omegaconf(monkeypatch)
+    assert config.to_yaml(fast) == config.to_yaml(config.with_point(base, point, check_device=False))  # 3.0, not 3
+    assert config.with_point(base, {}, check_device=False) != fast
+
+
+@pytest.mark.parametrize("point, key", [
+    ({"task.lengths.lo": 4}, "task.lengths.lo"),  # unknown key
+    ({"task.lengths.low": "four"}, "task.lengths.low"),  # not a number
+    ({"task.lengths.low": True}, "task.lengths.low"),  # a bool for an int
+    ({"task.lengths.low": 0}, "task.lengths.low"),  # valid type, impossible value
+])
+def test_a_bad_point_is_refused_as_omegaconf_refuses_it(point, key, monkeypatch):
+    base = config.to_dict(config.load(CONFIGS / "paper_theory.yaml"))
+    with pytest.raises(ConfigError) as fast:
+        config.with_point(base, point, check_device=False)
+    _merged_by_omegaconf(monkeypatch)
+    with pytest.raises(ConfigError) as slow:
+        config.with_point(base, point, check_device=False)
+    assert fast.value.key == slow.value.key == key and fast.value.reason == slow.value.reason

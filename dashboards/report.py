@@ -22,7 +22,7 @@ import yaml
 from dashboards.html import Section, gallery, write_report
 from trainables import config, figures, readouts
 from trainables.errors import ConfigError
-from trainables.io import FINISHED, parse_shape, read_json, read_jsonl
+from trainables.io import FINISHED, atomic_write, parse_shape, read_json, read_jsonl
 from trainables.tasks import DEFAULT, TASKS, Task, task_of
 
 GALLERY_TRIALS = 4  # trials whose attention figures a grid or search report shows, spread over the diversity measure
@@ -125,8 +125,9 @@ def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, task: Ta
         except ValueError:
             figure = None
         if figure is not None:
-            figures.save_png(figure, out / "phase_diagram.png")
-            return [Section(f"Phase diagram: mean {metric} over seeds", image_png=figures.png_bytes(figure),
+            png = figures.png_bytes(figure)  # drawn once: a large diagram takes a good part of a second
+            atomic_write(out / "phase_diagram.png", png)
+            return [Section(f"Phase diagram: mean {metric} over seeds", image_png=png,
                             alt=f"phase diagram of {metric} over {x} and {y}")]
     if (out / "phase_diagram.png").exists():
         return [Section("Phase diagram", image_png=(out / "phase_diagram.png").read_bytes(), alt="phase diagram")]

@@ -33,9 +33,10 @@ def run(config_path: str, overrides: list[str], out: Path, address: str | None) 
     try:
         errors = tuner.run(base, sweep, trials, out, summary=lambda: _generalized(out))
     finally:  # even when interrupted: what finished is in results.csv and the report
-        frame = collect(tuner.members(points, out), errors)
-        atomic_write(out / "results.csv", frame.to_csv(index=False))
-        report.build(out)
+        with tuner.disconnecting():
+            frame = collect(tuner.members(points, out), errors)
+            atomic_write(out / "results.csv", frame.to_csv(index=False))
+            report.build(out)
     keys = [axis.key for axis in sweep.axes] + ["seed"]
     shown = keys + [c for c in (*task_of(base).headline, "status") if c in frame.columns]
     print(frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False))

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import socket
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +55,18 @@ def connect(address: str | None) -> None:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     else:
         _start_local()
+
+
+@contextmanager
+def disconnecting() -> Iterator[None]:
+    """Leave Ray (stopping a local one) while the body runs: the local Ray takes a second or two to stop, mostly
+    waiting for its processes to exit, which the report's drawing can use. Ray is gone when the block ends."""
+    stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown")
+    stopping.start()
+    try:
+        yield
+    finally:
+        stopping.join()
 
 
 def _start_local() -> None:

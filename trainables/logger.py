@@ -1,7 +1,7 @@
 """Logger fan-out: the training loop talks to one Logger, which forwards every record to its sinks.
 
 JsonlSink is the source of truth (always on, one flushed line per evaluation, so a crash loses at most the record in
-flight); other sinks (W&B, Ray Tune) mirror it. `logging.wandb=false` imports nothing from wandb: WandbSink imports
+flight); W&B mirrors it. `logging.wandb=false` imports nothing from wandb: WandbSink imports
 it when it is built, and only trial_logger builds it.
 """
 from __future__ import annotations

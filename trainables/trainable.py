@@ -1,9 +1,13 @@
-"""Ray Tune entry point: a trial's members -> configs -> train_members(), reporting and checkpointing through ray.tune.
+"""Ray Tune entry point: a trial's members -> configs -> train_members(), checkpointing through ray.tune.
 
 The only module of trainables/ that imports ray. A trial carries a list of members (one, or several packed), each
 with its sweep point and an absolute output directory. Members of one shape train as one population
 (population.pack_key) when their model vectorizes, the others one group after another; results, directories,
 checkpoints and W&B runs stay one per member, so a user sees no difference but speed.
+
+Metrics reach the driver through the members' files (metrics.jsonl, result.json: the source of truth), not through
+Tune: a `tune.report` blocks the trial until the driver has fetched it, which cost a 156-point grid of one-step
+members a quarter of its Tune run. Tune gets only the checkpoints a retry resumes from.
 """
 from __future__ import annotations
 
@@ -25,11 +29,6 @@ from trainables.train import save, train_members
 STATE_FILE = "state.pt"
 
 
-def report(metrics: dict, member: int) -> None:
-    """A member's evaluation or result to Tune, the trial's one channel to the driver."""
-    tune.report(metrics | {"member": member})
-
-
 def report_checkpoint(states: dict[int, dict]) -> None:
     """Report the members' training states (member index -> state) as the trial's checkpoint, once all of them have
     logged the evaluation it follows; a member's final state is left out (its result.json follows at once, and a
@@ -44,19 +43,6 @@ def report_checkpoint(states: dict[int, dict]) -> None:
         tune.report({"checkpoint_step": step}, checkpoint=tune.Checkpoint.from_directory(directory))
 
 
-class MemberSink:
-    """A member's Logger sink that mirrors its evaluations to Tune."""
-
-    def __init__(self, member: int):
-        self.member = member
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        report(metrics | {"step": step}, self.member)
-
-    def close(self) -> None:
-        pass
-
-
 def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
     """params = {"trial": id} with plan[id] its members, or {"trial": id, "members": [...]} (a search's trials,
     decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path, "job_type": verb}; base:
@@ -69,7 +55,6 @@ def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
         for index, member in enumerate(members):
             finished = read_json(Path(member["dir"]) / "result.json")
             if finished is not None:  # finished in an earlier attempt or run: never trained twice
-                report(finished, index)
                 continue
             cfg = cfgs[index] = config.with_point(base, member["point"])
             step = saved[index]["step"] if index in saved else 0
@@ -107,8 +92,8 @@ def _train_group(members: list[dict], group: dict[int, config.Config], saved: di
             atomic_write(out / "config.yaml", config.to_yaml(cfg))
             resume = saved.get(index)
             _keep_records_until(out / "metrics.jsonl", resume["step"] if resume else 0)
-            loggers.append(contexts.enter_context(trial_logger(cfg, out, MemberSink(index),
-                                                               job_type=member.get("job_type", "grid"), name=out.name)))
+            loggers.append(contexts.enter_context(trial_logger(cfg, out, job_type=member.get("job_type", "grid"),
+                                                               name=out.name)))
             cfgs.append(cfg)
             resumes.append(resume)
 
@@ -120,7 +105,6 @@ def _train_group(members: list[dict], group: dict[int, config.Config], saved: di
             loggers[k].close()
             save(result, members[index]["dir"])
             (Path(members[index]["dir"]) / ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's
-            report(result.metrics, index)
 
         train_members(cfgs, loggers, resumes, on_result=finished,
                       on_checkpoint=lambda states: report_checkpoint({indices[k]: s for k, s in states.items()}))

@@ -43,8 +43,9 @@ def run(config_path: str, overrides: list[str], out: Path, study_prefix: str | N
     try:
         loop.run(base, search, all_slices, opened, out, extend)
     finally:  # even when interrupted: what finished is in the tables and the report
-        table = tables.write(out, base, search, opened, all_slices)
-        report.build(out)
+        with tuner.disconnecting():
+            table = tables.write(out, base, search, opened, all_slices)
+            report.build(out)
     print(table.drop(columns=["study"]).to_string(index=False))
     print(f"[{out / ('best.csv' if search.minimize else 'min_diversity.csv')}, {out / 'report.html'}]")
     return 0

@@ -50,3 +50,34 @@ def test_an_override_of_a_section_the_verb_does_not_read_is_one_line_exit_2(tmp_
     err = capsys.readouterr().err
     assert err.startswith(f"headsweep: error: {override.split('=')[0]}: ") and err.count("\n") == 1, err
     assert not out.exists()
+
+
+RUN_A_VERB = """
+import atexit, sys, threading, time
+from pathlib import Path
+from sweep import cli
+
+def verb():
+    out = Path(sys.argv[1])
+    def late():
+        time.sleep(0.3)
+        (out / "thread").write_text("joined")
+    threading.Thread(target=late).start()  # a non-daemon thread still running when the verb returns
+    atexit.register(lambda: (out / "atexit").write_text("ran"))
+    print("printed, not flushed", end="")
+    return 3
+
+cli.main = verb
+cli.run()
+"""
+
+
+def test_the_command_exits_at_once_but_joins_threads_runs_exit_handlers_and_flushes(tmp_path):
+    """`headsweep` skips the interpreter's teardown, not what it does that matters."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", RUN_A_VERB, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 3 and proc.stdout == "printed, not flushed", proc.stderr
+    assert (tmp_path / "thread").read_text() == "joined" and (tmp_path / "atexit").read_text() == "ran"

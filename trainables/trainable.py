@@ -7,7 +7,7 @@ checkpoints and W&B runs stay one per member, so a user sees no difference but s
 
 Metrics reach the driver through the members' files (metrics.jsonl, result.json: the source of truth), not through
 Tune: a `tune.report` blocks the trial until the driver has fetched it, which cost a 156-point grid of one-step
-members a quarter of its Tune run. Tune gets only the checkpoints a retry resumes from.
+members a quarter of its Tune run. Tune gets the checkpoints a retry resumes from and one result per trial.
 """
 from __future__ import annotations
 
@@ -62,6 +62,8 @@ def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
             groups.setdefault((pack_key(cfg), step, alone), []).append(index)
         for indices in groups.values():
             _train_group(members, {i: cfgs[i] for i in indices}, saved)
+        # One result per trial, so that Tune has one (it prints an empty "Last result" line for a trial without any).
+        tune.report({"members": len(members), "trained": len(cfgs)})
     except Exception as error:
         _record_error(members, error)
         raise  # Tune retries the trial (sweep.max_failures), else records it as failed

@@ -54,6 +54,7 @@ def test_debug_grid_writes_results_diagram_and_report(debug_grid):
     out, proc = debug_grid
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "8 trials: 8 completed" in proc.stdout
+    assert "Last result" not in proc.stdout  # the progress view and the table only, no line per Tune trial
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 8 and set(frame["status"]) == {"completed"}
     assert {"task.lengths.low", "task.lengths.high", "seed", "ood/acc", "data/max_sum_ratio", "error",

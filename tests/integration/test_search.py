@@ -37,6 +37,7 @@ def test_search_writes_its_outputs(reference):
     assert list(minimal["task.lengths.low"]) == [2, 4] and minimal["diversity_star"].notna().all()
     assert (minimal["success_rate_at_star"] == 1.0).all() and (minimal["success_rate_below_star"] == 0.0).all()
     assert "diversity_star" in proc.stdout and "report.html" in proc.stdout
+    assert "Last result" not in proc.stdout  # the progress view and the table only, no line per Tune trial
     trials = pd.read_csv(out / "trials.csv")
     assert {"study", "task.lengths.low", "candidate", "seed", "state", "ood/acc"} <= set(trials.columns)
     # the studies live in the journal under names made of the config name and the slice, never Optuna's default

@@ -141,11 +141,11 @@ def _merged_base(base: dict) -> Config:
 
 def _assigned(base: Config, point: dict[str, Any]) -> Config | None:
     """A copy of `base` with the point's values set, or None where one of them needs OmegaConf (see with_point)."""
+    if "task.name" in point or "model.name" in point:  # these choose the sections' schemas
+        return None
     cfg = copy.deepcopy(base)
     for key, value in point.items():
         *path, leaf = key.split(".")
-        if key in ("task.name", "model.name"):  # these choose the sections' schemas
-            return None
         parent = cfg
         for part in path:
             parent = getattr(parent, part, None)

@@ -169,14 +169,17 @@ def test_a_crashed_worker_continues_its_packed_members_from_their_last_checkpoin
     driver = subprocess.Popen([HEADSWEEP, "grid", str(config_file), "--out", str(out)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     trials = [out / "trials" / f"high=5,seed={seed}" for seed in (0, 1)]
-    deadline = time.time() + 300
+    deadline, workers = time.time() + 300, []
     while time.time() < deadline and driver.poll() is None:
-        if all((t / "metrics.jsonl").exists() and len(steps_logged(t)) >= 3 for t in trials):
+        if not workers and all((t / "metrics.jsonl").exists() for t in trials):  # the trial is training
+            workers = [p for p in psutil.Process(driver.pid).children(recursive=True)
+                       if "ImplicitFunc" in " ".join(p.cmdline())]
+        if workers and all(len(steps_logged(t)) >= 3 for t in trials):
             break
-        time.sleep(0.2)
-    workers = [p for p in psutil.Process(driver.pid).children(recursive=True)
-               if "ImplicitFunc" in " ".join(p.cmdline())]
+        time.sleep(0.02)
     assert len(workers) == 1, [p.cmdline() for p in psutil.Process(driver.pid).children(recursive=True)]
+    workers[0].suspend()  # frozen before anything is read: what it had done is what the kill takes away
+    assert not any((t / "result.json").exists() for t in trials), "the trial should have been killed midway"
     workers[0].kill()  # SIGKILL the process running the trial, as an out-of-memory kill would
     workers[0].wait(timeout=30)
     logged_before_kill = {t: steps_logged(t)[-1] for t in trials}  # read after the kill: it may log until then

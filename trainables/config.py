@@ -90,8 +90,7 @@ def read_layers(path: str | Path | None, overrides: list[str]) -> list[DictConfi
 
 def from_layers(layers: list[DictConfig], check_device: bool = True) -> Config:
     """Merge layers (files, overrides, plain dicts) onto the schema their task/model names pick, then validate."""
-    schema = _schema(_name(layers, "task", TASKS), _name(layers, "model", MODELS))
-    cfg = OmegaConf.to_object(merge_checked(schema, layers))
+    cfg = _merged(layers)
     task_of(cfg).resolve(cfg.task)  # derived fields, so config.yaml shows what is actually used
     validate(cfg, check_device)
     return cfg
@@ -133,10 +132,14 @@ def _merged_base(base: dict) -> Config:
     if key not in _merged_bases:
         if len(_merged_bases) >= 16:  # a process sees one or two bases; never let the cache grow without bound
             _merged_bases.clear()
-        layers = [OmegaConf.create(base)]
-        schema = _schema(_name(layers, "task", TASKS), _name(layers, "model", MODELS))
-        _merged_bases[key] = OmegaConf.to_object(merge_checked(schema, layers))
+        _merged_bases[key] = _merged([OmegaConf.create(base)])
     return _merged_bases[key]
+
+
+def _merged(layers: list[DictConfig]) -> Config:
+    """The layers merged onto the schema their task and model names pick, not yet resolved or validated."""
+    schema = _schema(_name(layers, "task", TASKS), _name(layers, "model", MODELS))
+    return OmegaConf.to_object(merge_checked(schema, layers))
 
 
 def _assigned(base: Config, point: dict[str, Any]) -> Config | None:
@@ -149,13 +152,10 @@ def _assigned(base: Config, point: dict[str, Any]) -> Config | None:
         parent = cfg
         for part in path:
             parent = getattr(parent, part, None)
-        if not dataclasses.is_dataclass(parent) or leaf not in _field_types(type(parent)):
+        kind = _field_types(type(parent)).get(leaf) if dataclasses.is_dataclass(parent) else None
+        if not (type(value) is kind or (kind is float and type(value) is int)):
             return None
-        kind = _field_types(type(parent))[leaf]
-        if type(value) is kind or (kind is float and type(value) is int):
-            setattr(parent, leaf, kind(value))  # an int for a float field becomes a float, as OmegaConf makes it
-        else:
-            return None
+        setattr(parent, leaf, kind(value))  # an int for a float field becomes a float, as OmegaConf makes it
     return cfg
 
 

@@ -5,6 +5,8 @@ A run is a list of phases, each one optimizer for a number of steps at a batch s
 """
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -12,6 +14,11 @@ import torch
 from trainables.errors import require
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+COMPILE = ("auto", "always", "never")  # not on/off, which YAML reads as booleans
+# `optim.compile=auto` compiles runs of at least this many steps: compiling the paper transformer's step takes 3-7 s
+# with a warm cache and 10-25 s cold on 2 CPU cores, what 1,000-7,000 of its eager steps take: it pays from about
+# 6,000 steps on (docs/PERFORMANCE.md).
+COMPILE_AUTO_STEPS = 10000
 
 
 @dataclass
@@ -23,6 +30,7 @@ class OptimConfig:
     weight_decay: float = 0.0  # decoupled for adamw, L2 for adam and sgd
     batch_size: int = 64  # fresh training sequences per step
     max_steps: int = 20000  # training steps unless early stopping ends the run sooner
+    compile: str = "auto"  # auto | always | never: torch.compile the training step (auto: runs of >= COMPILE_AUTO_STEPS)
 
     def validate(self) -> None:
         require(
@@ -31,10 +39,25 @@ class OptimConfig:
             ("optim.weight_decay", self.weight_decay >= 0, "must be >= 0"),
             ("optim.batch_size", self.batch_size >= 1, "must be >= 1"),
             ("optim.max_steps", self.max_steps >= 1, "must be >= 1"),
+            ("optim.compile", self.compile in COMPILE, f"must be one of {', '.join(COMPILE)}"),
+            ("optim.compile", self.compile != "always" or cpp_compiler() is not None,
+             "torch.compile needs a C++ compiler (g++, or $CXX) and none is installed: use auto or never"),
         )
 
     def build(self, parameters) -> torch.optim.Optimizer:
-        return OPTIMIZERS[self.name](parameters, lr=self.lr, weight_decay=self.weight_decay)
+        # fused: one kernel for the whole update instead of a dozen per parameter (the step is launch-bound)
+        return OPTIMIZERS[self.name](parameters, lr=self.lr, weight_decay=self.weight_decay, fused=True)
+
+    def compiles(self) -> bool:
+        """Whether the training step runs torch.compile'd."""
+        if self.compile == "auto":
+            return self.max_steps >= COMPILE_AUTO_STEPS and cpp_compiler() is not None
+        return self.compile == "always"
+
+
+def cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile's inductor would use, if one is installed."""
+    return shutil.which(os.environ.get("CXX", "g++"))
 
 
 @dataclass

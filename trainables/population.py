@@ -38,7 +38,7 @@ class Stack:
     optimizers; several run a vmapped functional call of the first state's module over parameters stacked along
     dim 0, with one optimizer per phase over them. `states` keep their order: a member's slot is its position."""
 
-    def __init__(self, states: list):
+    def __init__(self, states: list, compiled: bool = False):
         self.states = states
         template = states[0].model
         self.template = template
@@ -54,6 +54,9 @@ class Stack:
                     optimizer.load_state_dict(_stack_optimizer_states(
                         [state.phases[index].optimizer.state_dict() for state in states]))
         self.frozen: dict[int, dict[str, torch.Tensor]] = {}  # slot -> parameters of a member that stopped
+        # Compiled, the forward and backward run as a few fused kernels instead of a hundred small ones; the first
+        # step compiles them (seconds), and a new batch width may compile once more.
+        self._forward = torch.compile(self._forward) if compiled else self._forward
 
     def step(self, batches: dict[int, Batch]) -> dict[int, float]:
         """One optimizer step of the current phase for the members in `batches` (slot -> its batch; every other
@@ -121,6 +124,11 @@ class Stack:
             for slot, saved in self.frozen.items():
                 for name, value in saved.items():
                     self.params[name][slot] = value
+
+
+def compiles(cfg) -> bool:
+    """Whether a member's training step runs torch.compile'd (`optim.compile`; models trained by `optim` only)."""
+    return MODELS[cfg.model.name].uses_optim and cfg.optim.compiles()
 
 
 def scored_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -29,7 +29,7 @@ from trainables.io import atomic_write, write_json
 from trainables.logger import Logger
 from trainables.models import MODELS
 from trainables.optim import Phase
-from trainables.population import Stack, pack_key
+from trainables.population import Stack, compiles, pack_key
 from trainables.tasks import Batch, task_of
 
 
@@ -259,7 +259,7 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
     if training:
         if len({m.state.step for m in training}) > 1 or len({pack_key(m.cfg) for m in training}) > 1:
             raise ValueError("members trained together need one pack_key and one step")
-        stack, first = Stack([m.state for m in training]), training[0]
+        stack, first = Stack([m.state for m in training], compiles(training[0].cfg)), training[0]
         bar = tqdm(total=first.state.total_steps, initial=first.state.step, desc=first.cfg.name, unit="step",
                    disable=not sys.stderr.isatty(), leave=False)
         while any(m.training for m in training):

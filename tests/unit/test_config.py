@@ -1,4 +1,6 @@
 """load() and validate(): typed schema, overrides, and one clear error per kind of bad input."""
+import shutil
+
 import pytest
 
 from trainables import config
@@ -61,6 +63,7 @@ def test_wrong_type_names_the_key():
         ("optim.batch_size=0", "optim.batch_size"),
         ("optim.max_steps=0", "optim.max_steps"),
         ("optim.name=lion", "optim.name"),
+        ("optim.compile=on", "optim.compile"),  # YAML's `on` is a boolean: the choices are auto, always, never
         ("task.vocab_size=1", "task.vocab_size"),
         ("task.n_triggers=0", "task.n_triggers"),
         ("task.ood_split=sideways", "task.ood_split"),
@@ -91,6 +94,16 @@ def test_cuda_is_rejected_where_there_is_none():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert "no GPU" in error_of("device=cuda").reason
+
+
+def test_compiling_without_a_compiler_is_refused_and_auto_runs_eagerly(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    assert "needs a C++ compiler" in error_of("optim.compile=always").reason
+    cfg = config.load(CONFIGS / "debug.yaml", ["optim.max_steps=100000"])
+    assert cfg.optim.compile == "auto" and not cfg.optim.compiles()
+    monkeypatch.delenv("CXX")
+    assert cfg.optim.compiles() == (shutil.which("g++") is not None)
+    assert not config.load(CONFIGS / "debug.yaml", ["optim.max_steps=100"]).optim.compiles()  # too short to pay
 
 
 def test_rotary_needs_an_even_key_width():

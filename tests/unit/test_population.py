@@ -71,14 +71,20 @@ def test_each_member_ends_where_it_would_alone(extra, dtype):
         torch.set_default_dtype(default)
 
 
-def check_against_alone(cfgs: list) -> None:
+def check_against_alone(cfgs: list, alone_cfgs: list | None = None) -> None:
     assert len({pack_key(c) for c in cfgs}) == 1
     packed, packed_states = run_packed(cfgs)
-    for index, cfg in enumerate(cfgs):
+    for index, cfg in enumerate(alone_cfgs or cfgs):
         alone, alone_states = run_alone(cfg)
         assert_same_metrics(packed[index].metrics, alone.metrics)
         for step in (10, 20):
             assert_same_state(packed_states[(index, step)], alone_states[step])
+
+
+def test_a_compiled_population_ends_where_each_member_would_alone_uncompiled():
+    """optim.compile=always: the vmapped step of the packed members runs torch.compile'd (the members alone run
+    eagerly, as runs this short do under auto)."""
+    check_against_alone(configs("optim.compile=always"), alone_cfgs=configs())
 
 
 def test_one_step_members_with_different_distributions_match_their_runs_alone():

@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/wandb_cost.py
 	$(BIN)/python bench/memory_estimate.py
 	$(BIN)/python bench/population.py
+	$(BIN)/python bench/transformer_speed.py
 	$(BIN)/python bench/grid.py
 	$(BIN)/python bench/search.py configs/quickstart.yaml configs/paper_theory_search.yaml
 

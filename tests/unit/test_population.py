@@ -82,9 +82,11 @@ def check_against_alone(cfgs: list, alone_cfgs: list | None = None) -> None:
 
 
 def test_a_compiled_population_ends_where_each_member_would_alone_uncompiled():
-    """optim.compile=always: the vmapped step of the packed members runs torch.compile'd (the members alone run
-    eagerly, as runs this short do under auto)."""
+    """optim.compile=always: the vmapped step of the packed members, and the step of a member alone, run
+    torch.compile'd; the references run eagerly, as runs this short do under auto."""
     check_against_alone(configs("optim.compile=always"), alone_cfgs=configs())
+    compiled_alone = train(configs("optim.compile=always")[0])  # a stack of one compiles the member's own module
+    assert_same_metrics(compiled_alone.metrics, run_alone(configs()[0])[0].metrics)
 
 
 def test_one_step_members_with_different_distributions_match_their_runs_alone():

@@ -33,10 +33,7 @@ def run(config_path: str, overrides: list[str], out: Path, address: str | None) 
     try:
         errors = tuner.run(base, sweep, trials, out, summary=lambda: _generalized(out))
     finally:  # even when interrupted: what finished is in results.csv and the report
-        with tuner.disconnecting():
-            frame = collect(tuner.members(points, out), errors)
-            atomic_write(out / "results.csv", frame.to_csv(index=False))
-            report.build(out)
+        frame = tuner.disconnect_while(lambda: write_results(out, points, errors))
     keys = [axis.key for axis in sweep.axes] + ["seed"]
     shown = keys + [c for c in (*task_of(base).headline, "status") if c in frame.columns]
     print(frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False))
@@ -44,6 +41,14 @@ def run(config_path: str, overrides: list[str], out: Path, address: str | None) 
     print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())
           + f"  [{out / 'results.csv'}, {out / 'report.html'}]")
     return 1 if set(counts) & {"error", "unfinished"} else 0
+
+
+def write_results(out: Path, points: list[dict], errors: dict[str, str]) -> pd.DataFrame:
+    """results.csv and the report, from the members' files; the results' frame."""
+    frame = collect(tuner.members(points, out), errors)
+    atomic_write(out / "results.csv", frame.to_csv(index=False))
+    report.build(out)
+    return frame
 
 
 def _generalized(out: Path) -> str:

@@ -8,6 +8,7 @@ search's rounds for what to train next.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -16,7 +17,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import ray
 import ray._private.ray_constants as ray_constants
@@ -31,6 +32,8 @@ from trainables.io import read_json, write_json
 from trainables.models import MODELS
 from trainables.population import pack_key
 from trainables.trainable import run_trial
+
+T = TypeVar("T")
 
 EXPERIMENT = "grid"
 PLAN_FILE = "grid_plan.json"  # trial id -> its members, as the grid first planned them
@@ -57,16 +60,33 @@ def connect(address: str | None) -> None:
         _start_local()
 
 
-@contextmanager
-def disconnecting() -> Iterator[None]:
-    """Leave Ray (stopping a local one) while the body runs: the local Ray takes a second or two to stop, mostly
-    waiting for its processes to exit, which the report's drawing can use. Ray is gone when the block ends."""
-    stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown")
-    stopping.start()
+def disconnect_while(work: Callable[[], T]) -> T:
+    """Leave Ray (stopping a local one: a second or two, mostly waiting for its processes to exit) while `work` runs
+    in another thread; return what it returns. `work` must not touch Ray. Ray is left from this thread with the
+    garbage collector paused until both are done, so that no Ray object is released from the other thread while the
+    core worker shuts down: Ray ends the whole process when that happens (a driver joined to a cluster lost its
+    report and exited 1 that way when Ray was left from a thread of its own)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # raised again in this thread
+            outcome["error"] = error
+
+    collecting = gc.isenabled()
+    gc.disable()
+    worker = threading.Thread(target=run, name="results-and-report")
+    worker.start()
     try:
-        yield
+        ray.shutdown()
     finally:
-        stopping.join()
+        worker.join()
+        if collecting:
+            gc.enable()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _start_local() -> None:

@@ -43,9 +43,14 @@ def run(config_path: str, overrides: list[str], out: Path, study_prefix: str | N
     try:
         loop.run(base, search, all_slices, opened, out, extend)
     finally:  # even when interrupted: what finished is in the tables and the report
-        with tuner.disconnecting():
-            table = tables.write(out, base, search, opened, all_slices)
-            report.build(out)
+        table = tuner.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
     print(table.drop(columns=["study"]).to_string(index=False))
     print(f"[{out / ('best.csv' if search.minimize else 'min_diversity.csv')}, {out / 'report.html'}]")
     return 0
+
+
+def _write_tables_and_report(out: Path, base, search, opened: dict, all_slices: list):
+    """trials.csv and min_diversity.csv (or best.csv), then the report; the per-slice table."""
+    table = tables.write(out, base, search, opened, all_slices)
+    report.build(out)
+    return table

@@ -1,5 +1,6 @@
-"""Shared integration fixtures: a real PostgreSQL server (Debian's 15), started on 127.0.0.1 for the session and
-stopped by its own process group; the `headsweep` CLI as a subprocess."""
+"""Shared integration fixtures: a real PostgreSQL server (Debian's 15) and a real Ray head, each started on 127.0.0.1
+for the session and stopped by its own process group; the `headsweep` CLI as a subprocess."""
+import json
 import os
 import re
 import secrets
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.e2e.conftest import FOREIGN_RAY_VARS, start_head, stop_head
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -84,8 +87,35 @@ def postgres():
 ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
 
 
-def headsweep(*args, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The CLI as a user runs it, without a terminal (a prompt would fail, not hang); its output captured."""
+# The client environment of the session's shared Ray head, as JSON. In os.environ, not in a module global: the tests
+# import this file as tests.integration.conftest, a second module beside the one pytest loaded as `conftest`.
+SHARED_RAY_VAR = "HEADSWEEP_TESTS_SHARED_RAY"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_ray():
+    """One real Ray head (`ray start --head` on 127.0.0.1, token auth) that the session's `headsweep` runs join
+    through RAY_ADDRESS, as a driver on a cluster's head does, instead of each starting and stopping a Ray of its own
+    (4-5 s of every run). What is about the Ray a command starts itself (its servers, its files, killed drivers and
+    workers) runs with its own: `headsweep(..., own_ray=True)` or a subprocess of the test's own."""
+    head = start_head()
+    os.environ[SHARED_RAY_VAR] = json.dumps(head.env)
+    try:
+        yield head
+    finally:
+        os.environ.pop(SHARED_RAY_VAR, None)
+        survivors = stop_head(head)
+        assert not survivors, f"processes of the shared ray head survived SIGKILL: {survivors}"
+
+
+def headsweep(*args, timeout: float = 900, env: dict | None = None,
+              own_ray: bool = False) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it, without a terminal (a prompt would fail, not hang); its output captured. It joins
+    the session's Ray head unless own_ray (then a grid or search starts a Ray of its own, as on a laptop)."""
+    env = dict(os.environ if env is None else env)
+    env.pop(SHARED_RAY_VAR, None)
+    if not own_ray:
+        env = {k: v for k, v in env.items() if k not in FOREIGN_RAY_VARS} | json.loads(os.environ[SHARED_RAY_VAR])
     return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env,
                           stdin=subprocess.DEVNULL)
 

@@ -47,7 +47,7 @@ def test_a_grid_keeps_the_wandb_key_out_of_its_files_and_ray_logs_and_escapes_co
         env = os.environ | {"WANDB_API_KEY": SECRET, "WANDB_MODE": "offline", "RAY_TMPDIR": str(ray_tmp)}
         proc = headsweep("grid", CONFIGS / "debug_grid.yaml", f"name={HOSTILE_NAME}", "logging.wandb=true",
                          "sweep.seeds=[0]", "sweep.axes=[{key: task.lengths.high, values: [6]}]", "--out", out,
-                         env=env)
+                         env=env, own_ray=True)  # a Ray of its own, whose files are under ray_tmp
         assert proc.returncode == 0, proc.stderr[-3000:]
         written = every_file(out) + every_file(ray_tmp)
         assert any(p.suffix == ".wandb" for p in written) and any("session" in str(p) for p in written)

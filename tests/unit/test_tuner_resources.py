@@ -64,3 +64,14 @@ def test_cuda_trials_that_ask_for_no_gpu_are_refused_before_anything_runs(cluste
         assert info.value.key == "device"
     else:
         assert len(tuner.plan(config.to_dict(base), members, 1, gpu)) == len(points)
+
+
+def test_the_work_done_while_leaving_ray_returns_or_raises_in_the_caller_with_the_collector_back_on():
+    """disconnect_while runs the results and the report in a thread while Ray is left: what that work returns or raises
+    comes back to the caller, and the garbage collector it paused runs again after."""
+    import gc
+
+    assert tuner.disconnect_while(lambda: "table") == "table"
+    with pytest.raises(KeyError, match="report"):
+        tuner.disconnect_while(lambda: {}["report"])
+    assert gc.isenabled()

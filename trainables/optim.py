@@ -15,9 +15,9 @@ from trainables.errors import require
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 COMPILE = ("auto", "always", "never")  # not on/off, which YAML reads as booleans
-# `optim.compile=auto` compiles runs of at least this many steps: compiling the paper transformer's step takes 3-7 s
-# with a warm cache and 10-25 s cold on 2 CPU cores, what 1,000-7,000 of its eager steps take: it pays from about
-# 6,000 steps on (docs/PERFORMANCE.md).
+# `optim.compile=auto` compiles runs of at least this many steps: on 2 CPU cores compiling the paper transformer's step
+# takes about 2.5 s with inductor's cache warm and 6.5-22 s cold (plus importing torch._dynamo), and the compiled step
+# is 1.3x faster: at 5,000 steps it was a wash, it pays from about 6,000 on (docs/PERFORMANCE.md).
 COMPILE_AUTO_STEPS = 10000
 
 

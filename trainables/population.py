@@ -15,6 +15,7 @@ A stack of one runs the member's own module and optimizers directly (no vmap, no
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 import torch.nn.functional as F
@@ -66,21 +67,25 @@ class Stack:
         for state in self.states:
             state.model.train()
         losses, hits, counts = self._forward(_stack([batches[s] for s in slots], slots, len(self.states)))  # (M,)
-        finite = torch.isfinite(losses)
-        live = finite & torch.isin(torch.arange(len(self.states)), torch.tensor(slots))
+        stepping = torch.zeros_like(losses, dtype=torch.bool)  # (M,) on the members' device
+        stepping[slots] = True
+        live = torch.isfinite(losses) & stepping
         optimizer.zero_grad(set_to_none=True)
         torch.where(live, losses, torch.zeros_like(losses)).sum().backward()
-        if live.any():
+        # One copy to the host a step (on a GPU each .item() would wait for the device): four lists of M.
+        host = torch.stack([losses.detach(), hits.to(losses), counts.to(losses), live.to(losses)])  # (4, M)
+        loss, hit, count, alive = host.tolist()
+        if any(alive):
             optimizer.step()
         self._restore_frozen()
         for slot in slots:
-            if finite[slot]:
+            if math.isfinite(loss[slot]):
                 state = self.states[slot]
                 state.step += 1
-                state.loss_sum += losses[slot].item() * counts[slot].item()
-                state.hits += hits[slot].item()
-                state.count += int(counts[slot].item())
-        return {slot: losses[slot].item() for slot in slots}
+                state.loss_sum += loss[slot] * count[slot]
+                state.hits += hit[slot]
+                state.count += int(count[slot])
+        return {slot: loss[slot] for slot in slots}
 
     def _forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per member: mean cross-entropy over its scored positions, its correct predictions and their count."""

@@ -157,6 +157,14 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path):
                             train(config.load(trial / "config.yaml")).metrics, rel=1e-4)  # kernels: not bit-equal
 
 
+def is_trial_worker(process: psutil.Process) -> bool:
+    """A Ray worker running a Tune function trial; a process that exits while we look (a zombie, gone) is none."""
+    try:
+        return "ImplicitFunc" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
 def test_a_crashed_worker_continues_its_packed_members_from_their_last_checkpoint(tmp_path):
     """A SIGKILLed worker's trial (two members packed as one population) is retried from the last checkpoint the
     driver registered. Which one that is depends on timing (a checkpoint is reported once every member has logged its
@@ -172,8 +180,7 @@ def test_a_crashed_worker_continues_its_packed_members_from_their_last_checkpoin
     deadline, workers = time.time() + 300, []
     while time.time() < deadline and driver.poll() is None:
         if not workers and all((t / "metrics.jsonl").exists() for t in trials):  # the trial is training
-            workers = [p for p in psutil.Process(driver.pid).children(recursive=True)
-                       if "ImplicitFunc" in " ".join(p.cmdline())]
+            workers = [p for p in psutil.Process(driver.pid).children(recursive=True) if is_trial_worker(p)]
         if workers and all(len(steps_logged(t)) >= 3 for t in trials):
             break
         time.sleep(0.02)

@@ -68,8 +68,8 @@ def test_search_and_grid_agree_on_the_minimal_width(reference, tmp_path):
 
 
 def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_nothing(unguided_search, tmp_path):
-    """Packed and not (search.pack=2): rounds where both slices ask train their two members as one trial, the last
-    round (one slice left) trains alone. The answer is the uninterrupted, unpacked search's."""
+    """Packed (search.pack=2): rounds where both slices ask train their two members as one trial, a round with one
+    slice left trains it alone. The answer is the uninterrupted, unpacked search's."""
     out, args = tmp_path / "killed", [*map(str, UNGUIDED_SEARCH), "search.pack=2"]
     driver = subprocess.Popen([HEADSWEEP, "search", *args, "--out", str(out)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -90,7 +90,9 @@ def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_noth
     expected = pd.read_csv(unguided_search / "min_diversity.csv").drop(columns=["study"])
     assert pd.read_csv(out / "min_diversity.csv").drop(columns=["study"]).equals(expected)
     tune_trials = {p.name for p in out.glob("ray/search-*/*") if p.is_dir()}
-    assert any(t.endswith("+1") for t in tune_trials) and any("+" not in t for t in tune_trials)  # packed, and not
+    # Packed (two members in a trial). Whether a round also trained one member alone depends on where the kill landed:
+    # the resumed slices may run out of widths in the same round.
+    assert any(t.endswith("+1") for t in tune_trials), tune_trials
     after = result_files(out)
     assert {k: after[k] for k in before} == before  # nothing that had finished was trained again
     assert set(after) == set(result_files(unguided_search))  # and nothing is missing

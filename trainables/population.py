@@ -66,6 +66,7 @@ class Stack:
         optimizer = self.optimizers[self.states[slots[0]].phase_index()]
         for state in self.states:
             state.model.train()
+        self._differentiate_only(optimizer)
         losses, hits, counts = self._forward(_stack([batches[s] for s in slots], slots, len(self.states)))  # (M,)
         stepping = torch.zeros_like(losses, dtype=torch.bool)  # (M,) on the members' device
         stepping[slots] = True
@@ -86,6 +87,13 @@ class Stack:
                 state.hits += hit[slot]
                 state.count += int(count[slot])
         return {slot: loss[slot] for slot in slots}
+
+    def _differentiate_only(self, optimizer: torch.optim.Optimizer) -> None:
+        """Gradients for the parameters this phase's optimizer updates, none for the others: the one-step model's W_V
+        step then skips the backward through its attention (W_KQ's gradient, which no optimizer would use)."""
+        stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for p in self.params.values():
+            p.requires_grad_(id(p) in stepped)
 
     def _forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per member: mean cross-entropy over its scored positions, its correct predictions and their count."""

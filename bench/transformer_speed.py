@@ -16,10 +16,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from worktree import ROOT, checked_out
+
 # Runs in the measured tree (old or new): the steps per second of one training, as the last line.
 MEASURE = """
 import sys
@@ -45,21 +45,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        old = Path(scratch) / "old"
-        subprocess.run(["git", "worktree", "add", "--detach", str(old), args.against], cwd=ROOT, check=True,
-                       capture_output=True)
-        try:
-            modes = {f"{args.against} (old)": (old, []), "eager": (ROOT, ["optim.compile=never"]),
-                     "compiled": (ROOT, ["optim.compile=always"])}
-            steps_per_second(ROOT, 20, ["optim.compile=always"])  # warms inductor's cache, as a sweep's later trials
-            rates: dict[str, list[float]] = {mode: [] for mode in modes}
-            for round_ in range(args.rounds):
-                for mode, (tree, overrides) in modes.items():
-                    rates[mode].append(steps_per_second(tree, args.steps, overrides))
-                print(f"round {round_ + 1}: " + ", ".join(f"{m} {r[-1]:.1f}" for m, r in rates.items()), flush=True)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, capture_output=True)
+    with checked_out(args.against) as old:
+        modes = {f"{args.against} (old)": (old, []), "eager": (ROOT, ["optim.compile=never"]),
+                 "compiled": (ROOT, ["optim.compile=always"])}
+        steps_per_second(ROOT, 20, ["optim.compile=always"])  # warms inductor's cache, as a sweep's later trials
+        rates: dict[str, list[float]] = {mode: [] for mode in modes}
+        for round_ in range(args.rounds):
+            for mode, (tree, overrides) in modes.items():
+                rates[mode].append(steps_per_second(tree, args.steps, overrides))
+            print(f"round {round_ + 1}: " + ", ".join(f"{m} {r[-1]:.1f}" for m, r in rates.items()), flush=True)
     medians = {mode: statistics.median(r) for mode, r in rates.items()}
     old_rate = medians.pop(f"{args.against} (old)")
     for mode, rate in medians.items():

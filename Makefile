@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/population.py
 	$(BIN)/python bench/transformer_speed.py
 	$(BIN)/python bench/grid.py
+	$(BIN)/python bench/main_job.py
 	$(BIN)/python bench/search.py configs/quickstart.yaml configs/paper_theory_search.yaml
 
 clean:

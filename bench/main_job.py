@@ -9,9 +9,8 @@ same run (rounds alternate the two trees, since this kind of VM drifts minute to
 - quickstart: `headsweep search configs/quickstart.yaml`; goal 45 s
 
 Every run starts its own local Ray (RAY_ADDRESS is unset), in a fresh output directory; one untimed run of the first
-job per tree comes first. The answers of both trees are
-compared: the grid's metrics per trial, the search's min_diversity.csv (numbers up to float32 rounding). Last line: `<job>_median=<s>` for each job
-of this checkout.
+job per tree comes first. The answers of both trees are compared: the grid's metrics per trial, the search's
+min_diversity.csv (numbers up to float32 rounding). Last line: `<job>_median=<s>` for each job of this checkout.
 """
 from __future__ import annotations
 

@@ -23,9 +23,15 @@ demo: $(STAMP)
 	@echo "The main job: per (l_min, N_trg), the smallest width K of Unif{l_min..l_min+K-1} that generalizes OOD"
 	$(BIN)/headsweep search configs/quickstart.yaml --out runs/quickstart
 
-test: $(STAMP)
+# The worked plugin example, installed as a user installs a plugin package (again whenever its files change).
+EXAMPLE := examples/headsweep-zoology
+$(VENV)/.example-installed: $(STAMP) $(shell find $(EXAMPLE) -name '*.py' -o -name pyproject.toml 2>/dev/null)
+	$(BIN)/python -m pip install -q ./$(EXAMPLE)
+	touch $@
+
+test: $(STAMP) $(VENV)/.example-installed
 	bash tests/e2e/install_chromium.sh  # Debian's chromium for the report's browser test; skips if present
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q  # tests/ and the example's own tests (pyproject.toml: testpaths)
 
 bench: $(STAMP)
 	$(BIN)/python bench/core.py

@@ -57,11 +57,15 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="output dirs of headsweep search")
     compare.add_argument("--out", required=True, type=Path, help="the figure (.png); its points go beside it (.csv)")
 
+    verbs.add_parser("list", help="every task and model a config can name: where each comes from, its diversity knobs, "
+                                  "success metric and training")
+
     dashboard = verbs.add_parser("dashboard", help="build the W&B workspace and report (JSON; --push saves)")
     dashboard.add_argument("--entity", required=True, help="W&B entity (user or team) that owns the project")
     dashboard.add_argument("--project", required=True, help="W&B project of the runs (logging.project)")
     dashboard.add_argument("--group", help="only the runs of this experiment (W&B group = config name)")
-    dashboard.add_argument("--task", help="whose panels (task.name of the runs; default: the first registered task)")
+    dashboard.add_argument("--task", help="whose panels (task.name of the runs, a plugin's too; default: the first "
+                                          "built-in task)")
     dashboard.add_argument("--push", action="store_true", help="save them to W&B (needs login and network)")
     dashboard.add_argument("--out", required=True, type=Path, help="directory for workspace.json, report.json")
     return parser
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         return {"train": _train, "grid": _grid, "search": _search, "report": _report, "compare": _compare,
-                "dashboard": _dashboard}[args.verb](args)
+                "list": _list, "dashboard": _dashboard}[args.verb](args)
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -160,16 +164,17 @@ def _compare(args) -> int:
 
 def _dashboard(args) -> int:
     from trainables.logger import resolve_wandb_mode
-    from trainables.tasks import DEFAULT, TASKS
+    from trainables.tasks import TASKS
 
     for flag, value in (("--entity", args.entity), ("--project", args.project)):
         if not _WANDB_NAME.match(value):
             raise ConfigError(flag, f"{value!r} is not a W&B name (letters, digits, '_', '-', '.'; no slashes)")
     if args.group is not None and not args.group.strip():
         raise ConfigError("--group", "must not be empty")
-    task = TASKS.get(args.task or DEFAULT)
-    if task is None:
-        raise ConfigError("--task", f"must be one of {', '.join(TASKS)}, got {args.task!r}")
+    try:
+        task = TASKS[args.task or TASKS.default]
+    except ConfigError as e:
+        raise ConfigError("--task", e.reason) from None
     if args.push:
         mode, why = resolve_wandb_mode("online")
         if mode != "online":  # before building anything: a push that cannot happen writes nothing
@@ -185,6 +190,46 @@ def _dashboard(args) -> int:
         urls = workspace.push(task, args.entity, args.project, args.group)
         print(f"saved workspace: {urls['workspace']}\nsaved report: {urls['report']}")
     return 0
+
+
+def _list(args) -> int:
+    """Each registry's names, one block each: name, where it comes from, what it is; a plugin that cannot be loaded
+    says why on its line and spoils nothing else."""
+    from trainables.models import MODELS
+    from trainables.tasks import TASKS
+
+    for registry, describe in ((TASKS, _describe_task), (MODELS, _describe_model)):
+        print(f"{registry.kind}s ({registry.key}: one of these, or a module path my_package.my_module:ATTR):")
+        for name, sources in registry.sources().items():
+            try:
+                facts = describe(registry[name])
+            except ConfigError as e:
+                facts = [f"not usable: {e.reason}"]
+            origin = " and ".join(s.origin for s in sources)
+            print(f"  {name:<16} {origin}")
+            for line in facts:
+                print(f"  {'':<16}   {line}")
+    return 0
+
+
+def _describe_task(task) -> list[str]:
+    direction = ">=" if task.success_above else "<="
+    return [line for line in (
+        _doc(task),
+        f"diversity knobs: {', '.join(task.knobs) or '(none declared)'}; axis: {task.diversity_axis or '(none)'}",
+        f"success: {task.success_metric} {direction} eval.threshold") if line]
+
+
+def _describe_model(spec) -> list[str]:
+    trained = "by optim.*" if spec.uses_optim else "by its own phases (model.*)"
+    reads = "one query position per sequence" if spec.needs_query else "every position"
+    return [line for line in (_doc(spec), f"reads {reads}; trained {trained}") if line]
+
+
+def _doc(obj) -> str:
+    """The first line of the docstring of an object's class (not a protocol's)."""
+    doc = type(obj).__doc__ if type(obj).__module__ not in ("trainables.tasks", "trainables.models") else None
+    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
 
 
 def _summary(metrics: dict, headline: tuple[str, ...]) -> str:

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf import errors as oc_errors
 from omegaconf._utils import get_omega_conf_dumper
 
-from trainables import memory
+from trainables import dry_run, memory
 from trainables.errors import ConfigError, require
 from trainables.logger import LoggingConfig
 from trainables.models import MODELS
@@ -40,8 +40,8 @@ class Config:
     name: str = "headsweep"  # experiment name: progress bars, W&B group, Optuna study prefix
     seed: int = 0  # the one seed: initialisation, training data and evaluation data all derive from it
     device: str = "cpu"  # cpu | cuda
-    task: Any = field(default_factory=next(iter(TASKS.values())).config)  # typed by task.name (tasks.TASKS)
-    model: Any = field(default_factory=next(iter(MODELS.values())).config)  # typed by model.name (models.MODELS)
+    task: Any = field(default_factory=lambda: TASKS[TASKS.default].config())  # typed by task.name (tasks.TASKS)
+    model: Any = field(default_factory=lambda: MODELS[MODELS.default].config())  # typed by model.name (models.MODELS)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -180,16 +180,16 @@ def _without(layer: DictConfig, keys: tuple[str, ...]) -> DictConfig:
     return OmegaConf.create({k: v for k, v in layer.items() if k not in keys}) if any(k in layer for k in keys) else layer
 
 
-def _name(layers: list[DictConfig], key: str, registry: dict) -> str:
-    """The `<key>.name` the last layer that sets one gives (the registry's first entry when none does)."""
+def _name(layers: list[DictConfig], key: str, registry) -> str:
+    """The `<key>.name` the last layer that sets one gives (the registry's default when none does); the plugin it
+    names is imported and checked here, so a bad one is refused before anything else."""
     for layer in reversed(layers):  # DictConfigs or plain dicts
         section = layer.get(key)
         name = section.get("name") if isinstance(section, Mapping) else None
         if name is not None:
-            if name not in registry:
-                raise ConfigError(f"{key}.name", f"must be one of {', '.join(registry)}, got {name!r}")
+            registry[name]  # raises ConfigError naming `<key>.name` and what is wrong
             return name
-    return next(iter(registry))
+    return registry.default
 
 
 @functools.lru_cache(maxsize=None)
@@ -259,5 +259,6 @@ def validate(cfg: Config, check_device: bool = True) -> None:
     problem = threshold_problem(task.success_metric, cfg.eval.threshold, task.success_above)
     require(("eval.threshold", problem is None, problem))
     cfg.logging.validate()
+    dry_run.check(cfg)  # once per task and model in a process: a plugin that breaks its contract stops here
     if check_device:  # a driver scheduling onto other machines checks the population it packs (sweep/tuner.py)
         memory.check(cfg)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainables.models import MODELS, pattern_at, patterns
+from trainables.cache import pattern_at, patterns
+from trainables.models import MODELS
 from trainables.tasks import Batch, task_of
 
 
@@ -25,15 +26,22 @@ def final(cfg, model: torch.nn.Module, ood: Batch, generator: torch.Generator) -
     if ood.query is not None:
         _, cache = model.run_with_cache(ood.tokens, ood.query)
         attention = [pattern_at(cache, layer, ood.query) for layer in range(len(patterns(cache)))]  # [(B, H, T)]
-        arrays["query_attention_mean"] = torch.stack([a.mean(0) for a in attention]).cpu().numpy()  # (layers, H, T)
-        arrays["query_attention"] = torch.stack([a[:k] for a in attention], 1).cpu().numpy()  # (k, layers, H, T)
+        if attention:  # a model without attention has no patterns to read
+            arrays["query_attention_mean"] = torch.stack([a.mean(0) for a in attention]).cpu().numpy()  # (layers, H, T)
+            arrays["query_attention"] = torch.stack([a[:k] for a in attention], 1).cpu().numpy()  # (k, layers, H, T)
     arrays["tokens"] = ood.tokens[:k].cpu().numpy()
     arrays |= {name: value[:k].cpu().numpy() for name, value in ood.info.items()}
     if not MODELS[cfg.model.name].needs_query:  # the model reads every position: its full causal patterns
-        _, cache = model.run_with_cache(ood.tokens[:k])
-        arrays["patterns"] = torch.stack(patterns(cache), 1).cpu().numpy()  # (k, n_layers, H, T, T)
-    arrays |= {name: value.detach().cpu().numpy() for name, value in model.matrices().items()}
+        layers = patterns(model.run_with_cache(ood.tokens[:k])[1])
+        if layers:
+            arrays["patterns"] = torch.stack(layers, 1).cpu().numpy()  # (k, n_layers, H, T, T)
+    arrays |= {name: value.detach().cpu().numpy() for name, value in matrices(model).items()}
     return arrays, metrics
+
+
+def matrices(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's named weight matrices for probes (`matrices()`, optional for a plugin's model)."""
+    return model.matrices() if hasattr(model, "matrices") else {}
 
 
 def trial_figures(cfg, arrays: dict[str, np.ndarray]) -> dict:

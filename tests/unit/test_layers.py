@@ -133,3 +133,14 @@ def test_a_prose_mention_of_a_transformer_is_not_a_leak(tmp_path):
     prose = tmp_path / "prose.py"
     prose.write_text('TITLE = "When does a transformer learn an induction head?"\n')
     test_sweep_and_dashboards_name_no_task_key_and_no_model(prose)
+
+
+@pytest.mark.parametrize("path", modules("trainables/tasks") + [ROOT / "trainables/readouts.py"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_tasks_read_the_cache_through_trainables_cache_not_a_model(path):
+    """Data knows no model: the cache helpers tasks use (patterns, pattern_at) live in trainables/cache.py."""
+    imported = trainables_imports(path)
+    assert "trainables.models" not in imported or path.name == "readouts.py", imported
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "trainables.models":
+            assert not {a.name for a in node.names} & {"patterns", "pattern_at"}

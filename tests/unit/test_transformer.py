@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trainables import config
-from trainables.models import pattern_at, patterns
+from trainables.cache import pattern_at, patterns
 from trainables.models.transformer import POSITIONAL, Transformer, TransformerConfig, residual_width
 from trainables.train import train
 from tests.conftest import CONFIGS

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from trainables.optim import OptimConfig, Phase
+from trainables.registry import Registry
 
 
 class ModelSpec:
@@ -38,8 +39,15 @@ class ModelSpec:
 
     def activation_floats(self, cfg, d_vocab: int, n_ctx: int, scored: int) -> float:
         """Floats a forward pass keeps per sequence of n_ctx positions (`scored` of them unembedded): a rough upper
-        bound of the activations autograd holds, for trainables/memory.py."""
-        raise NotImplementedError
+        bound of the activations autograd holds, for trainables/memory.py. By default measured: what autograd saves
+        for a forward of two sequences minus one (the weights it saves are no sequence's), once per config."""
+        key = (id(self), repr(cfg), d_vocab, n_ctx, scored)
+        if key not in _measured:
+            with torch.random.fork_rng(devices=[]):
+                model = self.build(cfg, d_vocab, n_ctx)
+            saved = [_saved_floats(model, n, n_ctx, scored == 1) for n in (1, 2)]
+            _measured[key] = float(saved[1] - saved[0])
+        return _measured[key]
 
     def figures(self, arrays: dict) -> dict:
         """Media key -> Figure of the model's weights saved in attention.npz (the report)."""
@@ -50,25 +58,27 @@ class ModelSpec:
         return {}
 
 
-def patterns(cache: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Every layer's attention pattern in the cache, in layer order: [(B, H, T_q, T)]."""
-    n_layers = sum(name.endswith(".attn.hook_pattern") for name in cache)
-    return [cache[f"blocks.{i}.attn.hook_pattern"] for i in range(n_layers)]
+_measured: dict[tuple, float] = {}  # ModelSpec.activation_floats' measurements, per model config and shape
 
 
-def pattern_at(cache: dict[str, torch.Tensor], layer: int, query: torch.Tensor) -> torch.Tensor:
-    """(B, H, T): the attention each sequence's query paid in `layer` (negative: counted from the last layer)."""
-    pattern = patterns(cache)[layer]  # (B, H, T_q, T)
-    if pattern.shape[2] == 1:  # the layer ran at the query only
-        return pattern[:, :, 0]
-    return pattern[torch.arange(len(query), device=query.device), :, query]
+def _saved_floats(model: nn.Module, n: int, n_ctx: int, at_query: bool) -> int:
+    """Elements of the tensors autograd saves, plus the logits, for one forward of n sequences of n_ctx tokens."""
+    saved = 0
+
+    def count(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal saved
+        saved += tensor.numel()
+        return tensor
+
+    tokens = torch.zeros(n, n_ctx, dtype=torch.long)
+    query = torch.full((n,), n_ctx - 1) if at_query else None
+    with torch.autograd.graph.saved_tensors_hooks(count, lambda tensor: tensor):
+        logits, _ = model.run_with_cache(tokens, query)
+    return saved + logits.numel()
 
 
-def _registry() -> dict[str, ModelSpec]:
-    from trainables.models.one_step import SPEC as one_step
-    from trainables.models.transformer import SPEC as transformer
-
-    return {spec.name: spec for spec in (one_step, transformer)}
-
-
-MODELS: dict[str, ModelSpec] = _registry()
+# The built-ins, named as a plugin package names its models in its entry points (trainables/registry.py).
+MODELS = Registry("model", ModelSpec, required=("build",), builtins={
+    "one_step": "trainables.models.one_step:SPEC",
+    "transformer": "trainables.models.transformer:SPEC",
+})

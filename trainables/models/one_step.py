@@ -108,6 +108,8 @@ class OneHotOneStepModel(OneStepModel):
 
 
 class OneStepSpec(ModelSpec):
+    """The theory's one-step model (W_KQ, W_V on one-hot features), trained by Algorithm 1's two phases."""
+
     name = "one_step"
     config = OneStepConfig
     needs_query = True

@@ -185,6 +185,8 @@ class Transformer(nn.Module):
 
 
 class TransformerSpec(ModelSpec):
+    """A small causal transformer: layers, heads, embeddings and positional schemes configurable."""
+
     name = "transformer"
     config = TransformerConfig
 

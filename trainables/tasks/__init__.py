@@ -8,6 +8,7 @@ arrays and the headline columns that progress tables, reports and W&B panels sho
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import re
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from trainables.registry import Registry
 
 
 PAD_LABEL = -1  # the per-position label of padding, in every task
@@ -100,7 +103,12 @@ class PanelSection:
 
 
 class Task:
-    """What a task must say about itself. Subclasses set the attributes and implement the methods without defaults.
+    """What a task must say about itself: the public API of a task plugin (docs/EXTENDING.md).
+
+    Required: `name`, `config` (a dataclass with a `name` field: the `task:` section's schema) and the methods
+    `validate`, `dims`, `sample` and `eval_splits` (with an `id` and an `ood` split). Every other attribute and
+    method has a default that works: no figures (the report leaves those sections out), no diversity measures (the
+    first knob's own value is the diversity axis), a dashboard built from the headline metrics.
 
     Keys in ConfigErrors are full dotted keys (`task.n_triggers`), so every message names what a user typed.
     """
@@ -110,15 +118,36 @@ class Task:
     success_metric: str = "ood/acc"  # what "generalizes OOD" is read from, against eval.threshold
     success_above: bool = True  # success when the metric is >= the threshold (False: <=, e.g. a loss gap)
     knobs: tuple[str, ...] = ()  # config keys that set the training data's diversity (a search's knob is one of them)
-    diversity_axis: str = "data/max_sum_ratio"  # the data/* measure reports plot results against
-    diversity_label: str = ""  # how that axis reads on a figure, e.g. "R (small = diverse)"
-    small_is_diverse: bool = True  # whether a smaller diversity_axis means more diverse (a ratio: yes; a count: no)
-    headline: tuple[str, ...] = ()  # metrics a trial's one-line summary and the reports show first
-    table_columns: tuple[str, ...] = ()  # the metrics of the reports' results tables
+    diversity_label: str = ""  # how the diversity axis reads on a figure, e.g. "R (small = diverse)"
     curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels
     short_names: dict[str, str] = {}  # metric -> a narrow name, where space is short (a figure's contour label)
     figures_module: str = ""  # the module with all_figures(arrays), all_images(arrays) and NOTE, imported lazily
-    dashboard: tuple[PanelSection, ...] = ()  # the W&B workspace and report sections
+
+    # Defaults derived from the attributes above; a task overrides any of them with a plain class attribute.
+    @property
+    def diversity_axis(self) -> str:
+        """The data/* measure reports plot results against: by default the first knob's own value."""
+        return f"data/{self.knobs[0].rsplit('.', 1)[-1]}" if self.knobs else ""
+
+    @property
+    def small_is_diverse(self) -> bool:
+        """Whether a smaller diversity_axis means more diverse (a ratio: yes; a count, like a knob's value: no)."""
+        return False
+
+    @property
+    def headline(self) -> tuple[str, ...]:
+        """Metrics a trial's one-line summary and the reports show first."""
+        return (self.success_metric, "id/acc", *(a for a in (self.diversity_axis,) if a))
+
+    @property
+    def table_columns(self) -> tuple[str, ...]:
+        """The metrics of the reports' results tables."""
+        return self.headline
+
+    @property
+    def dashboard(self) -> tuple[PanelSection, ...]:
+        """The W&B workspace and report sections: by default the headline metrics, grouped by the diversity axis."""
+        return default_dashboard(self)
 
     # --- config -------------------------------------------------------------------------------------------------
     def resolve(self, cfg) -> None:
@@ -156,8 +185,12 @@ class Task:
         return {}
 
     def diversity(self, cfg) -> dict[str, float]:
-        """The `data/*` measures of the training distribution, known before any training."""
-        return {}
+        """The `data/*` measures of the training distribution, known before any training; by default the first
+        knob's value, as `diversity_axis` names it."""
+        if not self.knobs or self.diversity_axis != f"data/{self.knobs[0].rsplit('.', 1)[-1]}":
+            return {}
+        value = functools.reduce(getattr, self.knobs[0].split(".")[1:], cfg)  # the key is task.<...>
+        return {self.diversity_axis: float(value)} if isinstance(value, (int, float)) else {}
 
     def theory(self, cfg) -> dict[str, float]:
         """Reference values the theory predicts for metrics of this config (drawn dashed beside measurements)."""
@@ -204,17 +237,29 @@ class Task:
         return []
 
 
-def _registry() -> dict[str, Task]:
-    from trainables.tasks.bigram_trigger import TASK as bigram_trigger
-    from trainables.tasks.markov_ngram import TASK as markov_ngram
-    from trainables.tasks.mixed_ngram import TASK as mixed_ngram
-    from trainables.tasks.trigger_copy import TASK as trigger_copy
+def default_dashboard(task: Task) -> tuple[PanelSection, ...]:
+    """W&B sections for a task that defines none: its headline metrics over training, grouped by its diversity axis
+    (which each run's config carries), the axis against the success metric, and the training curves."""
+    axis = task.diversity_axis
+    generalization = tuple(Panel("line", (m,), m + (f", grouped by {axis}" if axis else ""), axis)
+                           for m in task.headline if m != axis)
+    if axis:
+        generalization += (Panel("scatter", (axis, task.success_metric), f"{axis} against final {task.success_metric}"),)
+    return (PanelSection("OOD generalization by diversity",
+                         f"Does the model generalize out of distribution ({task.success_metric}), and from how much "
+                         "diversity?", generalization),
+            PanelSection("Training", "In-distribution fit: every trial should solve its training distribution.",
+                         tuple(Panel("line", (m,), m) for m in task.curve_metrics)))
 
-    return {task.name: task for task in (trigger_copy, bigram_trigger, markov_ngram, mixed_ngram)}
 
-
-TASKS: dict[str, Task] = _registry()
-DEFAULT = next(iter(TASKS))
+# The built-ins, named as a plugin package names its tasks in its entry points (trainables/registry.py).
+TASKS = Registry("task", Task, required=("validate", "dims", "sample", "eval_splits"), builtins={
+    "trigger_copy": "trainables.tasks.trigger_copy:TASK",
+    "bigram_trigger": "trainables.tasks.bigram_trigger:TASK",
+    "markov_ngram": "trainables.tasks.markov_ngram:TASK",
+    "mixed_ngram": "trainables.tasks.mixed_ngram:TASK",
+})
+DEFAULT = TASKS.default
 
 
 def task_of(cfg) -> Task:

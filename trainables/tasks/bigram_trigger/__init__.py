@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from trainables.errors import require
-from trainables.models import patterns
+from trainables.cache import patterns
 from trainables.tasks import Batch, Panel, PanelSection, Task
 from trainables.tasks.bigram_trigger import metrics
 from trainables.tasks.bigram_trigger.bigram import entropy_floor, of
@@ -32,6 +32,8 @@ _BY_OUTPUTS = "data/n_train_outputs"  # W&B runs grouped by the diversity knob
 
 
 class BigramTrigger(Task):
+    """Induction heads on a character bigram with triggers (Bietti et al. 2023): copy the token that followed a trigger."""
+
     name = "bigram_trigger"
     config = BigramTriggerConfig
     figures_module = "trainables.tasks.bigram_trigger.figures"
@@ -110,11 +112,11 @@ class BigramTrigger(Task):
         """id: head/*, bigram/*, attn/*; ood: ood/head_acc, ood/head_loss; lengthgen: lengthgen/acc_beyond (see the
         module docstring). logits (B, T, N) at every position."""
         if prefix == "id":
-            layers = patterns(cache)  # [(B, H, T, T)]
+            layers = patterns(cache)  # [(B, H, T, T)]; none for a model without attention
+            probes = (metrics.previous_token_scores(metrics.previous_token_hits(layers))
+                      | metrics.induction_mass(layers, batch)) if layers else {}
             return (metrics.recall_metrics(logits, batch) | metrics.bigram_metrics(logits, batch, of(cfg))
-                    | {"bigram/floor": entropy_floor(of(cfg))}
-                    | metrics.previous_token_scores(metrics.previous_token_hits(layers))
-                    | metrics.induction_mass(layers, batch))
+                    | {"bigram/floor": entropy_floor(of(cfg))} | probes)
         if prefix == "ood":
             head = metrics.recall_metrics(logits, batch)
             return {"ood/head_acc": head["head/acc"], "ood/head_loss": head["head/loss"]}
@@ -143,10 +145,12 @@ class BigramTrigger(Task):
         for start in range(0, cfg.n_readout, READOUT_CHUNK):
             chunk_logits, cache = model.run_with_cache(long.tokens[start:start + READOUT_CHUNK])  # (b, T, N)
             logits.append(chunk_logits)
-            hits.append(metrics.previous_token_hits(patterns(cache)))  # (b, heads, T - 1)
+            if patterns(cache):  # none for a model without attention
+                hits.append(metrics.previous_token_hits(patterns(cache)))  # (b, heads, T - 1)
         arrays = {"acc_by_position": metrics.accuracy_by_position(torch.cat(logits), long).cpu().numpy(),
-                  "prev_token_by_position": metrics.previous_token_by_position(torch.cat(hits)).cpu().numpy(),
                   "train_len": np.array(cfg.seq_len)}
+        if hits:
+            arrays["prev_token_by_position"] = metrics.previous_token_by_position(torch.cat(hits)).cpu().numpy()
         return arrays, {}
 
 

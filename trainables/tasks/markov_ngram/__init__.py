@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from trainables.errors import require
-from trainables.models import patterns
+from trainables.cache import patterns
 from trainables.tasks import Panel, PanelSection, Task
 from trainables.tasks.markov_ngram import metrics, mutual_info
 from trainables.tasks.markov_ngram.data import (FIRST, LOSS_ON, MAX_TABLE_ENTRIES, MarkovNgramConfig, draw_tables,
@@ -31,12 +31,15 @@ MI_TABLES = 256  # tables the chi-square mutual information averages over (the p
 
 
 class MarkovNgram(Task):
+    """In-context n-gram learning on fresh Markov chains (Chen et al. 2024, Edelman et al. 2024): the gap to Bayes."""
+
     name = "markov_ngram"
     config = MarkovNgramConfig
     figures_module = "trainables.tasks.markov_ngram.figures"
     success_metric = "ood/gap"
     success_above = False  # a loss gap: success when it is at most eval.threshold
     knobs = ("task.pool_size",)
+    small_is_diverse = True
     diversity_axis = "data/inv_pool"
     diversity_label = "1 / pool size (0 = a fresh table per sequence; small = diverse)"
     headline = ("ood/gap", "id/gap", "ood/loss", "ood/bayes_loss", "attn/parent_coverage", "data/pool_size")
@@ -115,7 +118,7 @@ class MarkovNgram(Task):
         result[f"{prefix}/gap"] = loss - losses["bayes"]
         references = [metrics.uniform_loss(cfg.vocab_size)] + list(losses.values())  # uniform, k = 1 .. n
         result[f"{prefix}/stage"] = float(metrics.stage(loss, references))
-        if prefix == "ood":
+        if prefix == "ood" and patterns(cache):  # a model without attention has no lags to read
             pattern = patterns(cache)[0]  # (B, H, T_q, T) of the first layer
             result |= metrics.lag_metrics(metrics.lag_profile(pattern, self._rows(cfg, pattern, batch)), cfg.order)
         return result
@@ -158,10 +161,11 @@ class MarkovNgram(Task):
         """Every layer's lag profile on the OOD set (`lag_profile` (n_layers, H, T)) and the chi-square mutual
         information of the training distribution over lag sets (`mi_*`, and `mi/*` final metrics)."""
         _, cache = model.run_with_cache(ood.tokens)  # full patterns in every layer
-        layers = patterns(cache)
-        arrays = {"lag_profile": torch.stack([metrics.lag_profile(p, self._rows(cfg, p, ood)) for p in layers])
-                  .cpu().numpy(),
-                  "parent_lags": np.arange(1, cfg.order)}
+        layers = patterns(cache)  # none for a model without attention
+        arrays = {"parent_lags": np.arange(1, cfg.order)}
+        if layers:
+            arrays["lag_profile"] = torch.stack([metrics.lag_profile(p, self._rows(cfg, p, ood)) for p in layers]
+                                                ).cpu().numpy()
         final = {}
         if n_contexts(cfg) <= mutual_info.MAX_STATES:
             values = mutual_info.chi2_mutual_information(self.mi_tables(cfg), cfg.order)

@@ -9,6 +9,7 @@ periods were never seen in training (ood/icl_acc >= eval.threshold).
 """
 from __future__ import annotations
 
+from trainables.cache import patterns
 from trainables.errors import require
 from trainables.tasks import Batch, Panel, PanelSection, Task
 from trainables.tasks.mixed_ngram import metrics
@@ -18,11 +19,14 @@ _BY_ALPHA = "data/alpha"  # W&B runs are grouped by the in-context share: few di
 
 
 class MixedNgram(Task):
+    """A fixed rule mixed with in-context periodic sequences: the lazy fit, then the in-context transition."""
+
     name = "mixed_ngram"
     config = MixedNgramConfig
     figures_module = "trainables.tasks.mixed_ngram.figures"
     success_metric = "ood/icl_acc"
     knobs = ("task.alpha",)
+    small_is_diverse = True
     diversity_axis = "data/alpha"
     diversity_label = "alpha (in-context share)"
     headline = ("icl/transition_step", "icl/plateau_steps", "ood/icl_acc", "icl/acc", "lazy/acc", "data/alpha")
@@ -90,9 +94,9 @@ class MixedNgram(Task):
             return {f"{name}/{kind}": value for name, pair in components.items()
                     for kind, value in zip(("loss", "acc"), pair)}
         loss, acc = components["icl"]
-        return {f"{prefix}/icl_loss": loss, f"{prefix}/icl_acc": acc,
-                "mech/induction_score": metrics.induction_score(cache, batch),
-                "mech/prev_token": metrics.previous_token_score(cache, batch)}
+        probes = {"mech/induction_score": metrics.induction_score(cache, batch),
+                  "mech/prev_token": metrics.previous_token_score(cache, batch)} if patterns(cache) else {}
+        return {f"{prefix}/icl_loss": loss, f"{prefix}/icl_acc": acc} | probes
 
     def diversity(self, cfg: MixedNgramConfig) -> dict[str, float]:
         """alpha, and the expected share of the scored training targets that are in-context (alpha weighs sequences;

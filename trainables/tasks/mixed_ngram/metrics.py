@@ -11,7 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from trainables.models import patterns
+from trainables.cache import patterns
 from trainables.tasks import Batch
 from trainables.tasks.mixed_ngram.data import ICL, LAZY
 

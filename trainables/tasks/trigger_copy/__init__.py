@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from trainables.errors import ConfigError, require
-from trainables.models import pattern_at
+from trainables.cache import pattern_at, patterns
 from trainables.tasks import Batch, Panel, PanelSection, Task
 from trainables.tasks.lengths import distribution, diversity_metrics
 from trainables.tasks.trigger_copy import metrics
@@ -16,11 +16,14 @@ _BY_WIDTH = "data/width"  # W&B runs are grouped by the support width K: few dis
 
 
 class TriggerCopy(Task):
+    """Copy the token after a trigger's first occurrence; the length distribution decides head vs shortcut."""
+
     name = "trigger_copy"
     config = TriggerCopyConfig
     figures_module = "trainables.tasks.trigger_copy.figures"
     success_metric = "ood/acc"
     knobs = ("task.lengths.width", "task.lengths.low", "task.lengths.high")  # and the family's own parameters
+    small_is_diverse = True
     diversity_axis = "data/max_sum_ratio"
     diversity_label = "R (small = diverse)"
     headline = ("ood/acc", "id/acc", "ood/pseudo_rate", "mech/induction_score", "data/max_sum_ratio")
@@ -105,12 +108,13 @@ class TriggerCopy(Task):
         token and on the shortcut position."""
         if prefix != "ood":
             return {}
-        attention = pattern_at(cache, -1, batch.query)  # (B, H, T) of the last layer at the query
         support = sorted(distribution(cfg.lengths, cfg.n_triggers))
         predictions = logits.argmax(-1)
-        return (metrics.shortcut_rates(predictions, batch, support[0])
-                | metrics.accuracy_by_trigger_position(predictions == batch.scored_targets(), batch, support)
-                | metrics.mechanism_scores(attention, batch))
+        result = (metrics.shortcut_rates(predictions, batch, support[0])
+                  | metrics.accuracy_by_trigger_position(predictions == batch.scored_targets(), batch, support))
+        if patterns(cache):  # a model without attention has no mechanism to score
+            result |= metrics.mechanism_scores(pattern_at(cache, -1, batch.query), batch)  # (B, H, T) at the query
+        return result
 
     def weight_metrics(self, cfg, matrices) -> dict[str, float]:
         """The one-step W_KQ's positional and induction peaks, when the model has W_KQ on [p_t ; e_t ; e_{t-1}]."""

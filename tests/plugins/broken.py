@@ -1,0 +1,49 @@
+"""Plugins that break the contract, one way each; tests name them by module path and expect one line naming the key."""
+import torch
+
+from tests.plugins.repeat import Repeat
+from tests.plugins.mean_mixer import MeanMixerSpec
+from trainables.tasks import Task
+
+
+class FloatTokens(Repeat):
+    def sample(self, cfg, n, generator, split="train", pad_to=None):
+        batch = super().sample(cfg, n, generator, split)
+        batch.tokens = batch.tokens.float()
+        return batch
+
+
+class TooLong(Repeat):
+    def dims(self, cfg):
+        return cfg.n_symbols + 1, cfg.length  # shorter than the sequences sample() returns
+
+
+class NoOodSplit(Repeat):
+    def eval_splits(self, cfg):
+        return {"id": "train"}
+
+
+class Raises(Repeat):
+    def sample(self, cfg, n, generator, split="train", pad_to=None):
+        raise RuntimeError("the generator's table is missing")
+
+
+class NoSample(Task):
+    name = "no_sample"
+    config = Repeat.config
+
+    def validate(self, cfg): ...
+    def dims(self, cfg): return 4, 4
+    def eval_splits(self, cfg): return {"id": "train", "ood": "train"}
+
+
+class WrongLogits(MeanMixerSpec):
+    def build(self, cfg, d_vocab, n_ctx):
+        model = super().build(cfg, d_vocab - 1, n_ctx)  # one logit short
+        model.embed = torch.nn.Embedding(d_vocab, cfg.d_model)
+        return model
+
+
+FLOAT_TOKENS, TOO_LONG, NO_OOD, RAISES, NO_SAMPLE = FloatTokens(), TooLong(), NoOodSplit(), Raises(), NoSample()
+WRONG_LOGITS = WrongLogits()
+NOT_A_TASK = object()

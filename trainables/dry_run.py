@@ -1,0 +1,118 @@
+"""The dry run before any work: a config's task and model, built-in or plugin, run on a few sequences and checked
+against the contracts the rest of headsweep relies on. A plugin that breaks one is one line of bad input naming
+`task.name` or `model.name` and what is wrong, before an output directory exists, instead of every trial failing.
+
+Checked once per (task, model) pair in a process: `sample()` of every split returns a Batch of the right shapes,
+dtypes and ranges; the model's `run_with_cache` returns logits of the right shape; an evaluation reports the task's
+success metric and only numbers.
+"""
+from __future__ import annotations
+
+import torch
+
+from trainables.errors import ConfigError, require
+from trainables.models import MODELS
+from trainables.tasks import Batch, task_of
+from trainables.train import evaluate
+
+N_SEQUENCES = 3
+_passed: set[tuple[str, str]] = set()
+
+
+def check(cfg) -> None:
+    """Raise ConfigError (task.name or model.name) for a task or model that breaks its contract on this config."""
+    if (cfg.task.name, cfg.model.name) in _passed:
+        return
+    task, spec = task_of(cfg), MODELS[cfg.model.name]
+    splits = _call("task.name", f"{task.name}: eval_splits()", task.eval_splits, cfg.task)
+    require(("task.name", isinstance(splits, dict) and {"id", "ood"} <= set(splits),
+             f"{task.name}: eval_splits() must map the prefixes 'id' and 'ood' (and any others) to splits, got "
+             f"{splits!r}"))
+    d_vocab, n_ctx = _call("task.name", f"{task.name}: dims()", task.dims, cfg.task)
+    generator = torch.Generator().manual_seed(0)
+    batches = {}
+    for split in dict.fromkeys(["train", *splits.values()]):
+        what = f"{task.name}: sample(split={split!r})"
+        batches[split] = _call("task.name", what, task.sample, cfg.task, N_SEQUENCES, generator, split)
+        check_batch(batches[split], what, d_vocab, n_ctx, task.query_only(cfg.task))
+
+    with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
+        model = _call("model.name", f"{spec.name}: build()", spec.build, cfg.model, d_vocab, n_ctx)
+        batch = batches["train"]
+        logits, cache = _call("model.name", f"{spec.name}: run_with_cache()", model.run_with_cache, batch.tokens,
+                              batch.query)
+    B, T = batch.tokens.shape
+    expected = (B, d_vocab) if batch.query is not None else (B, T, d_vocab)
+    require(("model.name", isinstance(logits, torch.Tensor) and tuple(logits.shape) == expected
+             and logits.is_floating_point(),
+             f"{spec.name}: run_with_cache() must return float logits of shape {expected} "
+             f"({'(B, d_vocab) at the query' if batch.query is not None else '(B, T, d_vocab)'}), got "
+             f"{_describe(logits)}"),
+            ("model.name", isinstance(cache, dict), f"{spec.name}: run_with_cache() must return (logits, cache dict)"))
+
+    metrics = _call("task.name", f"{task.name}: an evaluation", evaluate, model,
+                    {prefix: batches[split] for prefix, split in splits.items()}, cfg)
+    require(("task.name", task.success_metric in metrics,
+             f"{task.name}: its success metric {task.success_metric} is not among the metrics an evaluation reports "
+             f"({', '.join(sorted(metrics))})"))
+    odd = [k for k, v in metrics.items() if not isinstance(v, (int, float)) or isinstance(v, bool)]
+    require(("task.name", not odd, f"{task.name}: metrics must be numbers; {', '.join(odd)} are not"))
+    diversity = _call("task.name", f"{task.name}: diversity()", task.diversity, cfg.task)
+    require(("task.name", all(k.startswith("data/") and isinstance(v, (int, float)) for k, v in diversity.items()),
+             f"{task.name}: diversity() must map data/* names to numbers, got {diversity!r}"))
+    _passed.add((cfg.task.name, cfg.model.name))
+
+
+def check_batch(batch, what: str, d_vocab: int, n_ctx: int, query_only: bool) -> None:
+    """A sampled Batch against the contract of trainables.tasks.Batch; ConfigError(task.name) naming the first
+    violation."""
+    require(("task.name", isinstance(batch, Batch), f"{what} must return a trainables.tasks.Batch, got "
+                                                    f"{type(batch).__name__}"))
+    tokens = batch.tokens
+    require(("task.name", isinstance(tokens, torch.Tensor) and tokens.dim() == 2 and tokens.dtype == torch.long,
+             f"{what}: tokens must be a (B, T) torch.long tensor, got {_describe(tokens)}"))
+    B, T = tokens.shape
+    checks = [("task.name", B == N_SEQUENCES, f"{what}: returned {B} sequences for n={N_SEQUENCES}"),
+              ("task.name", 1 <= T <= n_ctx, f"{what}: {T} positions, but dims() says at most n_ctx = {n_ctx}")]
+    for field, dtype in (("targets", torch.long), ("labels", torch.long), ("loss_mask", torch.bool)):
+        value = getattr(batch, field)
+        checks.append(("task.name", isinstance(value, torch.Tensor) and tuple(value.shape) == (B, T)
+                       and value.dtype == dtype,
+                       f"{what}: {field} must be a ({B}, {T}) {dtype} tensor like tokens, got {_describe(value)}"))
+    require(*checks)
+    scored = batch.targets[batch.loss_mask]
+    require(("task.name", bool(((tokens >= 0) & (tokens < d_vocab)).all()),
+             f"{what}: tokens must lie in [0, d_vocab = {d_vocab}), got {tokens.min().item()}..{tokens.max().item()}"),
+            ("task.name", bool(batch.loss_mask.any()), f"{what}: loss_mask scores no position"),
+            ("task.name", bool(((scored >= 0) & (scored < d_vocab)).all()),
+             f"{what}: scored targets must lie in [0, d_vocab = {d_vocab})"))
+    query = batch.query
+    if query_only:
+        require(("task.name", isinstance(query, torch.Tensor) and tuple(query.shape) == (B,)
+                 and query.dtype == torch.long,
+                 f"{what}: query_only() is true, so query must be a ({B},) torch.long tensor, got {_describe(query)}"))
+        require(("task.name", bool(batch.loss_mask.sum(1).eq(1).all() and batch.loss_mask[torch.arange(B), query].all()),
+                 f"{what}: query_only() is true, so loss_mask must score exactly each sequence's query position"))
+    else:
+        require(("task.name", query is None, f"{what}: query must be None unless query_only() is true"))
+    bad_info = [k for k, v in batch.info.items() if not (isinstance(v, torch.Tensor) and v.shape[:1] == (B,))]
+    require(("task.name", not bad_info, f"{what}: info values must be ({B},) tensors, one per sequence: "
+                                        f"{', '.join(bad_info)}"))
+
+
+def _call(key: str, what: str, function, *args):
+    """function(*args), with whatever a plugin raises turned into ConfigError(key) (a ConfigError passes through)."""
+    try:
+        return function(*args)
+    except ConfigError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()
+        raise ConfigError(key, f"{what} raised {type(e).__name__}: {first[0] if first else '(no message)'}") from None
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)} {value.dtype}"
+    return "None" if value is None else type(value).__name__
+

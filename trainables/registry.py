@@ -1,0 +1,155 @@
+"""Where tasks and models come from: built-ins, installed plugins and module paths, one mechanism for all three.
+
+A name in a config (`task.name`, `model.name`) resolves to a `module:ATTR` target, imported only when that name is
+used, so a broken plugin never breaks the others or the built-ins:
+- a built-in: `trigger_copy` -> `trainables.tasks.trigger_copy:TASK`, listed below as a package would list it;
+- an installed plugin: an entry point of group `headsweep.tasks` (or `headsweep.models`), `name = "module:ATTR"`,
+  read with importlib.metadata (the way pytest, Inspect and MLflow find plugins);
+- a module path written in the config itself, `task.name: "my_pkg.my_task:TASK"`, for code that is importable but
+  not installed: on sys.path, or under the directory headsweep runs in (which Ray also puts on its workers' paths).
+
+The object a target names must be an instance of the protocol's class (Task, ModelSpec) that implements the required
+methods; anything else is one ConfigError naming the config key and what is wrong.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import importlib
+import importlib.metadata
+import os
+import sys
+from dataclasses import dataclass
+
+from trainables.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Source:
+    """One way a name is provided: the `module:ATTR` it names and where that comes from."""
+
+    name: str
+    target: str  # "module:ATTR"
+    origin: str  # "built-in", "package <dist> <version>" or "module path"
+
+
+class Registry:
+    """The tasks (or models) that names can pick. Iterates over the names of the built-ins and installed plugins;
+    `registry[name]` also accepts a module path. Lookups raise ConfigError keyed by `key` (e.g. task.name)."""
+
+    def __init__(self, kind: str, base: type, required: tuple[str, ...], builtins: dict[str, str]):
+        self.kind, self.base, self.required = kind, base, required
+        self.key, self.group = f"{kind}.name", f"headsweep.{kind}s"
+        self.builtins = {name: Source(name, target, "built-in") for name, target in builtins.items()}
+        self.default = next(iter(builtins))
+        self._loaded: dict[str, object] = {}
+
+    # --- discovery (no plugin is imported) --------------------------------------------------------------------
+    def sources(self) -> dict[str, list[Source]]:
+        """Name -> every source that provides it, built-ins first (more than one: a collision)."""
+        found = {name: [source] for name, source in self.builtins.items()}
+        for source in _entry_points(self.group):
+            found.setdefault(source.name, []).append(source)
+        return found
+
+    def __iter__(self):
+        return iter(self.sources())
+
+    def __len__(self) -> int:
+        return len(self.sources())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.sources() or is_module_path(name)
+
+    # --- lookup -------------------------------------------------------------------------------------------------
+    def __getitem__(self, name: str):
+        if name not in self._loaded:
+            self._loaded[name] = self._load(self.source(name))
+        return self._loaded[name]
+
+    def get(self, name: str, default=None):
+        return self[name] if name in self else default
+
+    def source(self, name: str) -> Source:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(self.key, f"must be a {self.kind} name or a module path (module:ATTR), got {name!r}")
+        if is_module_path(name):
+            return Source(name, name, "module path")
+        sources = self.sources()
+        if name not in sources:
+            close = difflib.get_close_matches(name, list(sources), n=len(sources), cutoff=0.0)
+            raise ConfigError(self.key, f"unknown {self.kind} {name!r}; available: {', '.join(close)} (or a module "
+                                        f"path, my_package.my_module:ATTR; `headsweep list` shows each)")
+        if len(sources[name]) > 1:
+            claims = " and ".join(f"{s.origin} ({s.target})" for s in sources[name])
+            raise ConfigError(self.key, f"{name!r} is claimed by {claims}; uninstall one or rename its entry point "
+                                        f"in group {self.group}")
+        return sources[name][0]
+
+    def _load(self, source: Source):
+        where = f"{self.kind} {source.name!r} ({source.origin}, {source.target})"
+        module_name, _, attr = source.target.partition(":")
+        if source.origin == "module path":
+            _with_working_dir_on_path()
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as e:  # ImportError, or whatever the plugin's own import raised
+            raise ConfigError(self.key, f"{where} cannot be imported: {type(e).__name__}: {_first_line(e)}") from None
+        try:
+            obj = functools.reduce(getattr, attr.split("."), module)
+        except AttributeError:
+            raise ConfigError(self.key, f"{where}: module {module_name} has no attribute {attr}") from None
+        if isinstance(obj, type) and issubclass(obj, self.base):
+            raise ConfigError(self.key, f"{where} is the class {obj.__name__}; name an instance of it "
+                                        f"({attr.upper()} = {obj.__name__}())")
+        if not isinstance(obj, self.base):
+            raise ConfigError(self.key, f"{where} is a {type(obj).__name__}, not a {self.base.__module__}."
+                                        f"{self.base.__name__}")
+        problem = self._missing(obj)
+        if problem:
+            raise ConfigError(self.key, f"{where}: {problem}")
+        return obj
+
+    def _missing(self, obj) -> str | None:
+        """What a plugin lacks of the protocol: its name, its config dataclass, a required method."""
+        if not isinstance(getattr(obj, "name", None), str) or not obj.name:
+            return "has no name (a class attribute `name = \"...\"`)"
+        config = getattr(obj, "config", None)
+        if not (isinstance(config, type) and dataclasses.is_dataclass(config)
+                and "name" in {f.name for f in dataclasses.fields(config)}):
+            return "its `config` must be a dataclass with a `name` field (the section's schema)"
+        missing = [m for m in self.required if getattr(type(obj), m) is getattr(self.base, m)]
+        return f"does not implement {', '.join(missing)}" if missing else None
+
+
+def is_module_path(name) -> bool:
+    return isinstance(name, str) and ":" in name
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_points(group: str) -> tuple[Source, ...]:
+    """The installed plugins of a group, once per process. The same distribution seen twice on sys.path (an
+    editable install and a checkout, say) is one source."""
+    seen, sources = set(), []
+    for point in importlib.metadata.entry_points(group=group):
+        dist = getattr(point, "dist", None)
+        origin = f"package {dist.name} {dist.version}" if dist is not None else "an installed package"
+        if (point.name, point.value, origin) not in seen:
+            seen.add((point.name, point.value, origin))
+            sources.append(Source(point.name, point.value, origin))
+    return tuple(sources)
+
+
+def _with_working_dir_on_path() -> None:
+    """Module paths resolve against the directory headsweep runs in too, as `python -m` would (the console script
+    puts its own bin/ there instead). Appended, so it never shadows an installed package; Ray adds the driver's
+    working directory to its workers' paths as well, so a trial finds the same module."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"

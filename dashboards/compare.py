@@ -1,6 +1,6 @@
 """`headsweep compare DIR [DIR ...] --out FILE.png`: the thresholds several threshold searches measured, on one
 figure against the theory's reference value of each slice (the task's diversity measure at diversity* against the
-value its theory lines give), with the points as FILE.csv beside it. Reads only the search directories (config.yaml,
+value its theory lines give; slice by slice for a task without theory lines), with the points as FILE.csv beside it. Reads only the search directories (config.yaml,
 min_diversity.csv): searches of two models side by side are the project's theory-against-practice figure."""
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ def threshold_points(out: Path) -> tuple[pd.DataFrame, str]:
     slice_keys = [a["key"] for a in (cfg.get("search") or {}).get("slices", [])]
     measured = minimal[axis] if axis in minimal else pd.Series(np.nan, index=minimal.index)
     theory = pd.to_numeric(pd.Series(theory_values(cfg, minimal, slice_keys, axis), index=minimal.index))
-    if theory.isna().all():
-        raise ConfigError("DIR", f"{out}: its task gives no theory value for {axis}; nothing to compare against")
     name = f"{out.name} ({(cfg.get('model') or {}).get('name', '?')})"
-    points = minimal[slice_keys].assign(search=name, theory=theory,
+    label = minimal[slice_keys].apply(lambda row: ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in row.items()),
+                                      axis=1) if slice_keys else pd.Series("all", index=minimal.index)
+    points = minimal[slice_keys].assign(search=name, slice=label, theory=theory,
                                         measured=measured.where(minimal["diversity_star"].notna()),
                                         bound=_at_widest_failure(cfg, minimal, slice_keys, axis))
     return points, axis

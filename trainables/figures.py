@@ -355,18 +355,23 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
     fig = new_figure(6, 4.5, dpi=110)
     ax = fig.subplots()
     searches = list(dict.fromkeys(points["search"]))
-    for index, name in enumerate(searches):
-        marker = "osD^<>ph"[index % 8]
-        rows = points[points["search"] == name]
-        found = rows[rows["measured"].notna() & rows["theory"].notna()]
-        spread = 1 + 0.04 * (index - (len(searches) - 1) / 2)  # side by side at the same theory value
-        dots = ax.scatter(found["theory"] * spread, found["measured"], marker=marker, s=40, alpha=0.8,
-                          label=f"{name} ({len(found)} of {len(rows)} slices found a threshold)")
-        bounds = rows[rows["measured"].isna() & rows["theory"].notna()].get("bound", pd.Series(dtype=float)).dropna()
-        if len(bounds):
-            ax.scatter(rows.loc[bounds.index, "theory"] * spread, bounds, marker="v", s=40, facecolors="none",
-                       edgecolors=dots.get_facecolor()[0], label=f"{name}: no threshold, at the widest value tried")
     known = points["theory"].dropna()
+    if len(known):
+        x, nudge = points["theory"], lambda x, shift: x * (1 + 0.04 * shift)  # side by side at one theory value
+    else:  # a task without theory lines: slice by slice, in the order the searches list them (column `slice`)
+        labels = list(dict.fromkeys(points["slice"]))
+        x, nudge = points["slice"].map(labels.index).astype(float), lambda x, shift: x + 0.08 * shift
+        ax.set_xticks(range(len(labels)), labels, rotation=30 if len(labels) > 4 else 0)
+    for index, name in enumerate(searches):
+        marker, shift = "osD^<>ph"[index % 8], index - (len(searches) - 1) / 2
+        rows = points[points["search"] == name]
+        found = rows[rows["measured"].notna() & x.notna()]
+        dots = ax.scatter(nudge(x[found.index], shift), found["measured"], marker=marker, s=40, alpha=0.8,
+                          label=f"{name} ({len(found)} of {len(rows)} slices found a threshold)")
+        bounds = rows[rows["measured"].isna() & x.notna()].get("bound", pd.Series(dtype=float)).dropna()
+        if len(bounds):
+            ax.scatter(nudge(x[bounds.index], shift), bounds, marker="v", s=40, facecolors="none",
+                       edgecolors=dots.get_facecolor()[0], label=f"{name}: no threshold, at the widest value tried")
     if len(known):
         line = np.geomspace(known.min() / 1.3, known.max() * 1.3, 50)
         ax.plot(line, line, "k--", linewidth=1, label="theory's scale (y = x)")
@@ -377,7 +382,7 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
         ax.minorticks_off()
         ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 3, 5)))  # 0.2, 0.3, 0.5, 1: a decade is all some y span
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _fmt(round(value, 6))))
-    ax.set_xlabel(f"theory's reference value of {metric}")
+    ax.set_xlabel(f"theory's reference value of {metric}" if len(known) else "slice")
     ax.set_ylabel(f"measured {metric} at diversity*")
     ax.legend(fontsize="small")
     return fig

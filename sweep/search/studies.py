@@ -39,7 +39,8 @@ class Slice:
     def distributions(self, knob: str) -> dict[str, optuna.distributions.BaseDistribution]:
         """What a trial of this slice's study asks Optuna for."""
         asked = {}
-        if knob and all(isinstance(v, int) for v in self.values) and self.values == sorted(self.values):
+        if knob and all(isinstance(v, int) for v in self.values) \
+                and self.values == list(range(self.values[0], self.values[-1] + 1)):  # every int between: a range
             asked[knob] = optuna.distributions.IntDistribution(self.values[0], self.values[-1])
         elif knob:  # explicit values, floats among them or out of numeric order (a special value first): one of them
             asked[knob] = optuna.distributions.CategoricalDistribution(self.values)

@@ -28,6 +28,15 @@ class Raises(Repeat):
         raise RuntimeError("the generator's table is missing")
 
 
+class RaisesWhenLong(Repeat):
+    """Fine on its base config (the dry run passes), raises in a trial of a longer string."""
+
+    def sample(self, cfg, n, generator, split="train", pad_to=None):
+        if cfg.length > 4:
+            raise ValueError(f"strings longer than 4 are not supported (got {cfg.length})")
+        return super().sample(cfg, n, generator, split)
+
+
 class NoSample(Task):
     name = "no_sample"
     config = Repeat.config
@@ -45,5 +54,6 @@ class WrongLogits(MeanMixerSpec):
 
 
 FLOAT_TOKENS, TOO_LONG, NO_OOD, RAISES, NO_SAMPLE = FloatTokens(), TooLong(), NoOodSplit(), Raises(), NoSample()
+RAISES_WHEN_LONG = RaisesWhenLong()
 WRONG_LOGITS = WrongLogits()
 NOT_A_TASK = object()

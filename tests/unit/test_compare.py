@@ -52,12 +52,24 @@ def test_a_dir_that_is_not_a_threshold_search_is_one_line_exit_2(tmp_path, capsy
         compare([tmp_path / "empty"], tmp_path / "f.jpg")
 
 
-def test_a_search_whose_task_has_no_theory_value_is_refused_and_nothing_written(tmp_path):
+def test_a_task_without_theory_lines_is_compared_slice_by_slice(tmp_path):
+    markov = tmp_path / "markov"
+    markov.mkdir()
+    cfg = config.load(CONFIGS / "markov_icl.yaml")
+    (markov / "config.yaml").write_text(config.to_yaml(cfg))
+    pd.DataFrame([{"diversity_star": 4, "data/inv_pool": 0.25}]).to_csv(markov / "min_diversity.csv", index=False)
+    figure, table = compare([markov], tmp_path / "f.png")
+    points = pd.read_csv(table)
+    assert list(points["slice"]) == ["all"] and points["theory"].isna().all() and list(points["measured"]) == [0.25]
+    assert np.asarray(Image.open(figure).convert("RGB")).std() > 10
+
+
+def test_searches_of_different_diversity_measures_are_refused_and_nothing_written(tmp_path):
     two = search_dir(tmp_path, "two", [], [{"task.lengths.low": 2, "diversity_star": 4, "data/max_sum_ratio": 0.31}])
     (tmp_path / "markov").mkdir()
     cfg = config.load(CONFIGS / "markov_icl.yaml")
     (tmp_path / "markov" / "config.yaml").write_text(config.to_yaml(cfg))
     pd.DataFrame([{"diversity_star": 4}]).to_csv(tmp_path / "markov" / "min_diversity.csv", index=False)
-    with pytest.raises(ConfigError, match="DIR: .*markov: its task gives no theory value"):
+    with pytest.raises(ConfigError, match="DIR: the searches measure different things"):
         compare([two, tmp_path / "markov"], tmp_path / "out" / "f.png")
     assert not (tmp_path / "out").exists()  # neither the figure nor its table, nor their folder

@@ -145,3 +145,15 @@ def test_success_constraint_is_the_graded_shortfall_of_the_mth_best_seed(tmp_pat
             points.append(point)
         loop.tell(study, trial, points, search, tmp_path)
         assert study.trials[-1].constraints["success"] == pytest.approx(shortfall)
+
+
+@pytest.mark.parametrize("values, kind", [([1, 2, 3, 4], optuna.distributions.IntDistribution),
+                                          ([2, 8, 32], optuna.distributions.CategoricalDistribution),
+                                          ([0.1, 0.5], optuna.distributions.CategoricalDistribution)])
+def test_tpe_asks_only_for_the_knob_values_given(values, kind):
+    """A range of every integer is an IntDistribution; sparse values (2, 8, 32) are choices, never 17."""
+    sl = search_studies.Slice(point={}, values=values, study_name="s", params=[])
+    asked = sl.distributions("task.k")["task.k"]
+    assert isinstance(asked, kind)
+    if kind is optuna.distributions.CategoricalDistribution:
+        assert list(asked.choices) == values

@@ -4,6 +4,7 @@ The installed plugins here are real distributions on sys.path (a dist-info folde
 writes), found through importlib.metadata exactly as an installed package's are; the module-path plugins are
 tests/plugins/, written only against the public API."""
 import importlib
+import re
 import sys
 import textwrap
 
@@ -186,3 +187,26 @@ def test_a_plugin_batch_is_a_public_batch_drawn_from_its_generator():
     train_batch, fresh = draw("train", 1), draw("fresh", 1)
     assert isinstance(train_batch, Batch) and torch.equal(train_batch.tokens, draw("train", 1).tokens)
     assert len(train_batch.tokens.unique(dim=0)) <= 3 < len(fresh.tokens.unique(dim=0))
+
+
+def test_the_public_api_keeps_its_import_paths():
+    """docs/EXTENDING.md promises these paths to plugin authors: moving one breaks every plugin."""
+    from trainables.cache import pattern_at, patterns  # noqa: F401
+    from trainables.errors import ConfigError, require  # noqa: F401
+    from trainables.models import ModelSpec  # noqa: F401
+    from trainables.tasks import PAD_LABEL, Batch, Panel, PanelSection, Task  # noqa: F401
+
+
+def test_list_shows_every_source_and_a_broken_plugin_on_its_own_line(site, capsys):
+    from sweep import cli
+
+    site("my-tasks", {"headsweep.tasks": {"again": REPEAT, "broken": "tests.plugins.import_error:TASK"},
+                      "headsweep.models": {"mixer": MIXER}})
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "\n  again            package my-tasks 1.0\n                     Say it again" in out
+    assert "diversity knobs: task.n_train_strings; axis: data/n_train_strings" in out
+    assert re.search(r"\n  broken +package my-tasks 1\.0\n +not usable: task 'broken' .* cannot be imported: "
+                     r"ModuleNotFoundError", out)
+    assert "\n  mixer            package my-tasks 1.0\n                     A causal running mean" in out
+    assert "\n  trigger_copy     built-in\n" in out and "\n  transformer      built-in\n" in out

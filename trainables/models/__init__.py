@@ -1,11 +1,12 @@
-"""The MODELS registry: `model.name` picks a ModelSpec, which knows the model's config, how to build it for a task's
+"""The ModelSpec protocol and the MODELS registry (public API for plugins: ModelSpec keeps this import path; see
+docs/EXTENDING.md): `model.name` picks a ModelSpec, which knows the model's config, how to build it for a task's
 vocabulary and context, how it validates itself, how it is trained (its phases) and the figures of its weights.
 
 Every model module offers, TransformerLens-style:
 - `run_with_cache(tokens (B, T), query (B,) | None) -> (logits, cache)`: logits (B, T, N) at every position, or
   (B, N) at each sequence's query when `query` is given; `cache` maps activation names to tensors, among them
   `blocks.{i}.attn.hook_pattern` (B, H, T_q, T): the causal attention pattern of layer i, with T_q = 1 for a layer
-  that ran at the query only.
+  that ran at the query only (none for a model without attention; trainables/cache.py reads them).
 - `matrices() -> {name: tensor}`: weights that probes read by name (the one-step model's W_KQ and W_V).
 """
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The Task protocol and the TASKS registry: everything task-specific lives behind it.
+"""The Task protocol and the TASKS registry: everything task-specific lives behind it. Public API for plugins
+(docs/EXTENDING.md): Task, Batch, Panel, PanelSection and PAD_LABEL keep these import paths.
 
-A task is one folder under trainables/tasks/ whose package exposes TASK, an instance of a Task subclass. Training,
+A task is an instance of a Task subclass: a built-in is one folder under trainables/tasks/ whose package exposes
+TASK; a plugin's lives in its own package, found by entry point or module path (trainables/registry.py). Training,
 the sweeps, W&B and the reports know tasks only through this interface: the config dataclass and its validation,
 the generator (`sample` -> Batch with per-position labels and a loss mask), the evaluation splits and their metrics,
 the diversity measures (`data/*`), the success metric, the theory's reference lines, the figures of a trial's

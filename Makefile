@@ -30,7 +30,7 @@ $(VENV)/.example-installed: $(STAMP) $(shell find $(EXAMPLE) -name '*.py' -o -na
 	touch $@
 
 test: $(STAMP) $(VENV)/.example-installed
-	bash tests/e2e/install_chromium.sh  # Debian's chromium for the report's browser test; skips if present
+	bash tests/install_debian_packages.sh  # Debian's chromium and postgresql for the tests, when missing
 	$(BIN)/python -m pytest -q  # tests/ and the example's own tests (pyproject.toml: testpaths)
 
 bench: $(STAMP)

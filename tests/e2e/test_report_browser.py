@@ -3,7 +3,7 @@ image, log no console error and not render blank.
 
 Chromium is driven over the DevTools protocol (websocket-client): console messages, uncaught exceptions and failed
 loads arrive as events, so nothing depends on the wording of Chromium's stderr. `make test` installs the package
-(tests/e2e/install_chromium.sh); without /usr/bin/chromium these tests skip.
+(tests/install_debian_packages.sh); without /usr/bin/chromium these tests skip.
 """
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def search_report(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        pytest.skip("no chromium: `bash tests/e2e/install_chromium.sh` (what `make test` runs) installs it")
+        pytest.skip("no chromium: `bash tests/install_debian_packages.sh` (what `make test` runs) installs it")
     opened = Browser()
     try:
         yield opened

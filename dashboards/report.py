@@ -263,7 +263,10 @@ def _gallery(trials: list[Path], kind: str, cfg: dict | None, task: Task) -> lis
                           if isinstance(result.get(k), float))
         drawn = [(figures.png_bytes(figure), key) for key, figure in readouts.trial_figures(trial_cfg, arrays).items()]
         heading = None if kind == "train" else trial.name + (f" ({facts})" if facts else "")
-        parts.append(gallery(drawn, heading))
+        if drawn:
+            parts.append(gallery(drawn, heading))
+    if not parts:  # a task and model with nothing to draw (no figures of their own, no attention)
+        return []
     title = "Attention gallery (attention.npz)" if kind == "train" else \
         f"Attention gallery: {len(chosen)} of {len(with_arrays)} trials, {spread_over}"
     return [Section(title, html=f"<p>{html.escape(task.figure_note)}</p>\n" + "\n".join(parts))]

@@ -8,6 +8,7 @@ import re
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -160,7 +161,10 @@ def test_a_task_with_only_the_required_hooks_gets_working_defaults():
     assert task.headline == ("ood/acc", "id/acc", "data/n_train_strings") == task.table_columns
     metrics = {m for section in task.dashboard for panel in section.panels for m in panel.metrics}
     assert {"ood/acc", "id/acc", "data/n_train_strings", "train/loss"} <= metrics
-    assert task.figures({}) == {} and task.images({}) == {} and task.figure_note == ""
+    assert task.figures({}) == {} and task.images({}) == {} and task.figure_note  # nothing to draw without attention
+    patterns = {"patterns": np.full((1, 2, 1, 4, 4), 0.25)}  # (k, n_layers, H, T, T)
+    assert set(task.figures(patterns)) == set(task.images(patterns)) == {"attention/pattern_L0H0",
+                                                                         "attention/pattern_L1H0"}
     assert Task.diversity(task, cfg.task) == task.diversity(cfg.task)
 
 

@@ -110,7 +110,8 @@ class Task:
     Required: `name`, `config` (a dataclass with a `name` field: the `task:` section's schema) and the methods
     `validate`, `dims`, `sample` and `eval_splits` (with an `id` and an `ood` split). Every other attribute and
     method has a default that works: no figures (the report leaves those sections out), no diversity measures (the
-    first knob's own value is the diversity axis), a dashboard built from the headline metrics.
+    first knob's own value is the diversity axis), a dashboard built from the headline metrics, figures of the
+    model's attention patterns (none for a model without attention: the report leaves its gallery out).
 
     Keys in ConfigErrors are full dotted keys (`task.n_triggers`), so every message names what a user typed.
     """
@@ -123,7 +124,8 @@ class Task:
     diversity_label: str = ""  # how the diversity axis reads on a figure, e.g. "R (small = diverse)"
     curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels
     short_names: dict[str, str] = {}  # metric -> a narrow name, where space is short (a figure's contour label)
-    figures_module: str = ""  # the module with all_figures(arrays), all_images(arrays) and NOTE, imported lazily
+    figures_module: str = ""  # the module with all_figures(arrays), all_images(arrays) and NOTE, imported lazily;
+    # "" draws the attention patterns alone (trainables/pattern_figures.py)
 
     # Defaults derived from the attributes above; a task overrides any of them with a plain class attribute.
     @property
@@ -213,21 +215,22 @@ class Task:
         return {}, {}
 
     def figures(self, arrays: dict[str, np.ndarray]) -> dict:
-        """Media key -> matplotlib Figure of a trial's arrays (attention.npz), for the report."""
-        return self._figures().all_figures(arrays) if self.figures_module else {}
+        """Media key -> matplotlib Figure of a trial's arrays (attention.npz), for the report. Without a
+        figures_module: each layer and head's full attention pattern, where the model has attention."""
+        return self._figures().all_figures(arrays)
 
     def images(self, arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
         """Media key -> (uint8 RGB image, caption): the same arrays as plain heatmaps (figures.heatmap_image), for
         W&B, where a trial's media must cost a small fraction of the trial."""
-        return self._figures().all_images(arrays) if self.figures_module else {}
+        return self._figures().all_images(arrays)
 
     @property
     def figure_note(self) -> str:
         """One sentence that explains the markers of the task's figures (HTML-escaped by the report)."""
-        return self._figures().NOTE if self.figures_module else ""
+        return self._figures().NOTE
 
-    def _figures(self):
-        return importlib.import_module(self.figures_module)  # matplotlib only once something is drawn
+    def _figures(self):  # matplotlib only once something is drawn
+        return importlib.import_module(self.figures_module or "trainables.pattern_figures")
 
     # --- naming -------------------------------------------------------------------------------------------------
     def run_name(self, cfg) -> str:

@@ -1,0 +1,40 @@
+"""The figures of a task that draws none of its own (Task.figures_module unset): every layer and head's full causal
+attention pattern on the first OOD example, where the model has attention (`patterns` in attention.npz); nothing
+otherwise. The figures module contract: all_figures, all_images and NOTE."""
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from trainables import figures
+
+WINDOW = 64  # the first positions shown: a pattern wider than this is unreadable at the report's size
+NOTE = "Full causal attention patterns (query rows, key columns) of the first OOD example, per layer and head."
+
+
+def _heads(arrays: dict[str, np.ndarray]) -> list[tuple[int, int]]:
+    if "patterns" not in arrays:
+        return []
+    _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
+    return [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+
+
+def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
+    out = {}
+    for layer, head in _heads(arrays):
+        full = arrays["patterns"][0, layer, head]  # (T, T)
+        window = min(WINDOW, full.shape[-1])
+        out[f"attention/pattern_L{layer}H{head}"] = figures.attention_pattern(
+            full, window, [], f"Layer {layer} head {head}, first {window} positions", query_row=False)
+    return out
+
+
+def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+    out = {}
+    for layer, head in _heads(arrays):
+        full = arrays["patterns"][0, layer, head]  # (T, T)
+        window = min(WINDOW, full.shape[-1])
+        out[f"attention/pattern_L{layer}H{head}"] = (
+            figures.heatmap_image(full[:window, :window], 0.0, 1.0, "magma", cell=4),
+            f"query rows x key columns, the first {window} positions of an OOD example")
+    return out

@@ -244,7 +244,8 @@ class Task:
 
 def default_dashboard(task: Task) -> tuple[PanelSection, ...]:
     """W&B sections for a task that defines none: its headline metrics over training, grouped by its diversity axis
-    (which each run's config carries), the axis against the success metric, and the training curves."""
+    (which each run's config carries), the axis against the success metric, the attention patterns of the first two
+    layers (trainables/pattern_figures.py; empty for a model without attention), and the training curves."""
     axis = task.diversity_axis
     generalization = tuple(Panel("line", (m,), m + (f", grouped by {axis}" if axis else ""), axis)
                            for m in task.headline if m != axis)
@@ -253,6 +254,10 @@ def default_dashboard(task: Task) -> tuple[PanelSection, ...]:
     return (PanelSection("OOD generalization by diversity",
                          f"Does the model generalize out of distribution ({task.success_metric}), and from how much "
                          "diversity?", generalization),
+            PanelSection("Attention maps", "Per trial, at the end of training: each layer's attention pattern on an "
+                         "OOD example (a model without attention logs none).",
+                         tuple(Panel("media", (f"attention/pattern_L{layer}H0",), f"layer {layer}, head 0")
+                               for layer in (0, 1))),
             PanelSection("Training", "In-distribution fit: every trial should solve its training distribution.",
                          tuple(Panel("line", (m,), m) for m in task.curve_metrics)))
 

@@ -142,9 +142,14 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
     sections = [Section("Minimal diversity for OOD generalization (min_diversity.csv)", table=minimal)]
     slice_keys = [axis["key"] for axis in search.get("slices", [])]
     knob, metric = search.get("knob", {}).get("key"), search.get("success", {}).get("metric", task.success_metric)
-    if not slice_keys or finished.empty:
+    if not knob or finished.empty:
         return sections
     try:
+        if not slice_keys:  # a single study: its one column, named by the study
+            figure = figures.phase_diagram(finished, "study", knob, metric)
+            figures.search_traces(figure, finished, minimal, ["study"], knob)
+            return sections + [Section("Search trace over the points it evaluated (numbers: evaluation order; star: "
+                                       "diversity*)", image_png=figures.png_bytes(figure), alt="search trace")]
         figure = figures.phase_diagram(finished, slice_keys[0], knob, metric, panels=slice_keys[1:])
         figures.search_traces(figure, finished, minimal, slice_keys, knob)
         sections.append(Section("Search traces over the points they evaluated (numbers: evaluation order; star: "

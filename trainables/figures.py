@@ -20,7 +20,7 @@ import pandas as pd
 from matplotlib import patheffects
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
+from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
@@ -209,7 +209,11 @@ def curves(runs: dict[str, list[dict]], metrics: tuple[str, ...], colour_by: dic
     if colour_by:
         values = np.array([v for v in colour_by.values() if v is not None and np.isfinite(v)], dtype=float)
         low, high = (values.min(), values.max()) if len(values) else (0.0, 1.0)
-        mappable = ScalarMappable(Normalize(low, high if high > low else low + 1e-9), cmap="viridis")
+        # Values spanning decades (counts of strings, keys, tables: 2, 16, 256) on a log scale, or all but the
+        # largest would share one colour.
+        decades = low > 0 and high >= 10 * low
+        scale = LogNorm(low, high) if decades else Normalize(low, high if high > low else low + 1e-9)
+        mappable = ScalarMappable(scale, cmap="viridis")
     for ax, metric in zip(axes, present):
         for label, records in runs.items():
             points = [(r["step"], r[metric]) for r in records if r.get(metric) is not None]

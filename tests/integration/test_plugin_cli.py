@@ -76,7 +76,8 @@ def test_every_search_sampler_searches_a_plugins_knob(tmp_path, sampler):
     assert len(trials) >= 1 and set(trials["status"]) == {"completed"} and trials["ood/acc"].notna().all()
     assert set(trials["candidate"]) <= {2, 8, 32}
     assert len(pd.read_csv(out / "min_diversity.csv")) == 1 and (out / "report.html").stat().st_size > 0
-    if sampler == "threshold":  # its threshold on the task's diversity axis, on the comparison figure
+    if sampler == "threshold":  # the trace of its one study, and its threshold on the comparison figure
+        assert "Search trace over the points it evaluated" in (out / "report.html").read_text()
         compared = headsweep("compare", out, "--out", tmp_path / "compare.png")
         assert compared.returncode == 0, compared.stderr[-2000:]
         assert (tmp_path / "compare.png").stat().st_size > 0 and (tmp_path / "compare.csv").exists()

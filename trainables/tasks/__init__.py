@@ -170,9 +170,9 @@ class Task:
         return False
 
     # --- data ---------------------------------------------------------------------------------------------------
-    def sample(self, cfg, n: int, generator: torch.Generator, split: str = "train", pad_to: int | None = None) -> Batch:
-        """n sequences of `split`, drawn only from `generator`; padded to `pad_to` positions when given (so batches
-        of members with one shape stack), else to the longest sequence."""
+    def sample(self, cfg, n: int, generator: torch.Generator, split: str = "train") -> Batch:
+        """n sequences of `split`, drawn only from `generator`, right-padded to the longest (training pads batches of
+        a pack to one width itself, Batch.padded; the built-ins also take `pad_to=`, for their tests)."""
         raise NotImplementedError
 
     def eval_splits(self, cfg) -> dict[str, str]:
@@ -181,7 +181,8 @@ class Task:
 
     # --- measurements -------------------------------------------------------------------------------------------
     def metrics(self, cfg, prefix: str, batch: Batch, logits: torch.Tensor, cache: dict) -> dict[str, float]:
-        """Task metrics of one evaluation split beyond `<prefix>/loss` and `<prefix>/acc` (train.evaluate's)."""
+        """Task metrics of one evaluation split beyond `<prefix>/loss` and `<prefix>/acc` (train.evaluate's). logits:
+        (B, T, N), or (B, N) at the query when batch.query is set; cache: trainables/cache.py reads it."""
         return {}
 
     def weight_metrics(self, cfg, matrices: dict[str, torch.Tensor]) -> dict[str, float]:

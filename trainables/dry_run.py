@@ -3,7 +3,8 @@ against the contracts the rest of headsweep relies on. A plugin that breaks one 
 `task.name` or `model.name` and what is wrong, before an output directory exists, instead of every trial failing.
 
 Checked once per (task, model) pair in a process: `sample()` of every split returns a Batch of the right shapes,
-dtypes and ranges; the model's `run_with_cache` returns logits of the right shape; an evaluation reports the task's
+dtypes and ranges; the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right
+shape; an evaluation reports the task's
 success metric and only numbers.
 """
 from __future__ import annotations
@@ -39,16 +40,18 @@ def check(cfg) -> None:
     with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
         model = _call("model.name", f"{spec.name}: build()", spec.build, cfg.model, d_vocab, n_ctx)
         batch = batches["train"]
-        logits, cache = _call("model.name", f"{spec.name}: run_with_cache()", model.run_with_cache, batch.tokens,
-                              batch.query)
+        output = _call("model.name", f"{spec.name}: run_with_cache()", model.run_with_cache, batch.tokens, batch.query)
+        require(("model.name", isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], dict),
+                 f"{spec.name}: run_with_cache() must return (logits, cache dict), got {type(output).__name__}"))
+        trained = _call("model.name", f"{spec.name}: forward()", model, batch.tokens, batch.query)  # what training calls
     B, T = batch.tokens.shape
     expected = (B, d_vocab) if batch.query is not None else (B, T, d_vocab)
-    require(("model.name", isinstance(logits, torch.Tensor) and tuple(logits.shape) == expected
-             and logits.is_floating_point(),
-             f"{spec.name}: run_with_cache() must return float logits of shape {expected} "
-             f"({'(B, d_vocab) at the query' if batch.query is not None else '(B, T, d_vocab)'}), got "
-             f"{_describe(logits)}"),
-            ("model.name", isinstance(cache, dict), f"{spec.name}: run_with_cache() must return (logits, cache dict)"))
+    for what, logits in (("run_with_cache()", output[0]), ("forward()", trained)):
+        require(("model.name", isinstance(logits, torch.Tensor) and tuple(logits.shape) == expected
+                 and logits.is_floating_point(),
+                 f"{spec.name}: {what} must return float logits of shape {expected} "
+                 f"({'(B, d_vocab) at the query' if batch.query is not None else '(B, T, d_vocab)'}), got "
+                 f"{_describe(logits)}"))
 
     metrics = _call("task.name", f"{task.name}: an evaluation", evaluate, model,
                     {prefix: batches[split] for prefix, split in splits.items()}, cfg)

@@ -57,3 +57,15 @@ FLOAT_TOKENS, TOO_LONG, NO_OOD, RAISES, NO_SAMPLE = FloatTokens(), TooLong(), No
 RAISES_WHEN_LONG = RaisesWhenLong()
 WRONG_LOGITS = WrongLogits()
 NOT_A_TASK = object()
+
+
+class NoForward(MeanMixerSpec):
+    """run_with_cache alone: training, which calls the module, would fail at its first step."""
+
+    def build(self, cfg, d_vocab, n_ctx):
+        model = super().build(cfg, d_vocab, n_ctx)
+        model.forward = torch.nn.Module.forward.__get__(model)  # nn.Module's own: raises NotImplementedError
+        return model
+
+
+NO_FORWARD = NoForward()

@@ -134,6 +134,7 @@ def test_an_unknown_name_lists_what_is_available_closest_first(site):
     (REPEAT, "tests.plugins.broken:WRONG_LOGITS", r"model\.name: mean_mixer: run_with_cache\(\) must return float "
                                                   r"logits of shape \(3, 12, 17\)"),
     (REPEAT, "tests.plugins.repeat:TASK", r"model\.name: .* is a Repeat, not a trainables\.models\.ModelSpec"),
+    (REPEAT, "tests.plugins.broken:NO_FORWARD", r"model\.name: mean_mixer: forward\(\) raised NotImplementedError"),
 ])
 def test_a_broken_plugin_is_one_line_naming_the_key(task, model, expected):
     with pytest.raises(ConfigError, match=expected) as error:

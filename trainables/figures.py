@@ -366,16 +366,19 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
         labels = list(dict.fromkeys(points["slice"]))
         x, nudge = points["slice"].map(labels.index).astype(float), lambda x, shift: x + 0.08 * shift
         ax.set_xticks(range(len(labels)), labels, rotation=30 if len(labels) > 4 else 0)
+        ax.set_xlim(-0.5, len(labels) - 0.5)
     for index, name in enumerate(searches):
-        marker, shift = "osD^<>ph"[index % 8], index - (len(searches) - 1) / 2
+        marker, shift, colour = "osD^<>ph"[index % 8], index - (len(searches) - 1) / 2, f"C{index % 10}"
         rows = points[points["search"] == name]
-        found = rows[rows["measured"].notna() & x.notna()]
-        dots = ax.scatter(nudge(x[found.index], shift), found["measured"], marker=marker, s=40, alpha=0.8,
-                          label=f"{name} ({len(found)} of {len(rows)} slices found a threshold)")
-        bounds = rows[rows["measured"].isna() & x.notna()].get("bound", pd.Series(dtype=float)).dropna()
+        placed = x[rows.index].notna()  # (rows,): has a place on the x axis
+        found = rows[rows["measured"].notna() & placed]
+        if len(found):
+            ax.scatter(nudge(x[found.index], shift), found["measured"], marker=marker, s=40, alpha=0.8, color=colour,
+                       label=f"{name} ({len(found)} of {len(rows)} slices found a threshold)")
+        bounds = rows[rows["measured"].isna() & placed].get("bound", pd.Series(dtype=float)).dropna()
         if len(bounds):
-            ax.scatter(nudge(x[bounds.index], shift), bounds, marker="v", s=40, facecolors="none",
-                       edgecolors=dots.get_facecolor()[0], label=f"{name}: no threshold, at the widest value tried")
+            ax.scatter(nudge(x[bounds.index], shift), bounds, marker="v", s=40, facecolors="none", edgecolors=colour,
+                       label=f"{name}: no threshold in {len(bounds)} of {len(rows)} slices, at the widest value tried")
     if len(known):
         line = np.geomspace(known.min() / 1.3, known.max() * 1.3, 50)
         ax.plot(line, line, "k--", linewidth=1, label="theory's scale (y = x)")

@@ -138,8 +138,27 @@ def _merged_base(base: dict) -> Config:
 
 def _merged(layers: list[DictConfig]) -> Config:
     """The layers merged onto the schema their task and model names pick, not yet resolved or validated."""
-    schema = _schema(_name(layers, "task", TASKS), _name(layers, "model", MODELS))
-    return OmegaConf.to_object(merge_checked(schema, layers))
+    task, model = _name(layers, "task", TASKS), _name(layers, "model", MODELS)
+    layers = _written_for(_written_for(layers, "task", TASKS, task), "model", MODELS, model)
+    return OmegaConf.to_object(merge_checked(_schema(task, model), layers))
+
+
+def _written_for(layers: list[DictConfig], key: str, registry, final: str) -> list[DictConfig]:
+    """The layers, with what a section says for another task or model than the `final` one cut to the keys the final
+    one also has: a config file written for the transformer, switched by `model.name=base_conv` (an override, a sweep
+    point), keeps its shared keys (d_model, n_layers) and drops the transformer's own (n_heads, positional). Which
+    name a layer was written for: its own `<key>.name`, else the one in force from the layers before it."""
+    shared = {f.name for f in dataclasses.fields(registry[final].config)}
+    current, out = registry.default, []
+    for layer in layers:
+        section = layer.get(key)
+        if isinstance(section, Mapping):
+            current = section.get("name") or current
+            if current != final:
+                layer = OmegaConf.merge(_without(layer, (key,)),
+                                        {key: {k: v for k, v in section.items() if k in shared}})
+        out.append(layer)
+    return out
 
 
 def _assigned(base: Config, point: dict[str, Any]) -> Config | None:

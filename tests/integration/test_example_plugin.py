@@ -60,3 +60,15 @@ def test_a_search_over_the_examples_knob(tmp_path):
     assert len(trials) >= 1 and set(trials["status"]) == {"completed"}
     assert trials["task.n_train_keys"].between(4, 12).all()
     assert len(pd.read_csv(out / "min_diversity.csv")) == 1 and (out / "study.journal").exists()
+
+
+def test_one_grid_compares_the_transformer_with_the_examples_model(tmp_path):
+    """An axis over model.name: the file's transformer keys that base_conv lacks are dropped for its points."""
+    out = tmp_path / "models"
+    proc = headsweep("grid", CONFIGS / "debug_mqar_grid.yaml", *SHORT, "sweep.seeds=[0]",
+                     "sweep.axes=[{key: task.n_train_keys, values: [4, 12]}, "
+                     "{key: model.name, values: [transformer, base_conv]}]", "--out", out, env=ONE_THREAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    frame = pd.read_csv(out / "results.csv")
+    assert sorted(frame["model.name"]) == ["base_conv", "base_conv", "transformer", "transformer"]
+    assert set(frame["status"]) == {"completed"}

@@ -56,9 +56,6 @@ class Registry:
     def __iter__(self):
         return iter(self.sources())
 
-    def __len__(self) -> int:
-        return len(self.sources())
-
     def __contains__(self, name: str) -> bool:
         return name in self.sources() or is_module_path(name)
 
@@ -67,9 +64,6 @@ class Registry:
         if name not in self._loaded:
             self._loaded[name] = self._load(self.source(name))
         return self._loaded[name]
-
-    def get(self, name: str, default=None):
-        return self[name] if name in self else default
 
     def source(self, name: str) -> Source:
         if not isinstance(name, str) or not name:
@@ -88,7 +82,8 @@ class Registry:
         return sources[name][0]
 
     def _load(self, source: Source):
-        where = f"{self.kind} {source.name!r} ({source.origin}, {source.target})"
+        detail = source.origin if source.origin == "module path" else f"{source.origin}, {source.target}"
+        where = f"{self.kind} {source.name!r} ({detail})"
         module_name, _, attr = source.target.partition(":")
         if source.origin == "module path":
             _with_working_dir_on_path()

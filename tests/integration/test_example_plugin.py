@@ -35,13 +35,17 @@ def test_the_examples_task_and_model_train(tmp_path, names):
     assert (out / "report.html").stat().st_size > 0
 
 
-def test_a_packed_grid_of_the_example_logs_to_wandb_and_builds_its_dashboard(tmp_path):
+def test_one_packed_grid_compares_both_models_logs_to_wandb_and_builds_the_dashboard(tmp_path):
+    """An axis over model.name: the file's transformer keys that base_conv lacks are dropped for its points; members
+    of one model pack together (sweep.pack=3), each with its own W&B run."""
     out = tmp_path / "grid"
-    proc = headsweep("grid", CONFIGS / "debug_mqar_grid.yaml", "logging.wandb=true", *SHORT, "--out", out,
-                     env=ONE_THREAD)
+    proc = headsweep("grid", CONFIGS / "debug_mqar_grid.yaml", "logging.wandb=true", *SHORT, "sweep.seeds=[0]",
+                     "sweep.axes=[{key: task.n_train_keys, values: [4, 8, 12]}, "
+                     "{key: model.name, values: [transformer, base_conv]}]", "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 6 and set(frame["status"]) == {"completed"}
+    assert sorted(frame["model.name"]) == ["base_conv"] * 3 + ["transformer"] * 3
     assert sorted(set(frame["data/n_train_keys"])) == [4, 8, 12]
     assert all(list((trial / "wandb").glob("offline-run-*")) for trial in (out / "trials").iterdir())
     assert "attention/pattern_L0H0" in (out / "report.html").read_text()  # the transformer's patterns, by default
@@ -61,14 +65,3 @@ def test_a_search_over_the_examples_knob(tmp_path):
     assert trials["task.n_train_keys"].between(4, 12).all()
     assert len(pd.read_csv(out / "min_diversity.csv")) == 1 and (out / "study.journal").exists()
 
-
-def test_one_grid_compares_the_transformer_with_the_examples_model(tmp_path):
-    """An axis over model.name: the file's transformer keys that base_conv lacks are dropped for its points."""
-    out = tmp_path / "models"
-    proc = headsweep("grid", CONFIGS / "debug_mqar_grid.yaml", *SHORT, "sweep.seeds=[0]",
-                     "sweep.axes=[{key: task.n_train_keys, values: [4, 12]}, "
-                     "{key: model.name, values: [transformer, base_conv]}]", "--out", out, env=ONE_THREAD)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    frame = pd.read_csv(out / "results.csv")
-    assert sorted(frame["model.name"]) == ["base_conv", "base_conv", "transformer", "transformer"]
-    assert set(frame["status"]) == {"completed"}

@@ -109,9 +109,9 @@ class Task:
 
     Required: `name`, `config` (a dataclass with a `name` field: the `task:` section's schema) and the methods
     `validate`, `dims`, `sample` and `eval_splits` (with an `id` and an `ood` split). Every other attribute and
-    method has a default that works: no figures (the report leaves those sections out), no diversity measures (the
-    first knob's own value is the diversity axis), a dashboard built from the headline metrics, figures of the
-    model's attention patterns (none for a model without attention: the report leaves its gallery out).
+    method has a default that works: no diversity measures (the first knob's own value is the diversity axis), a
+    dashboard built from the headline metrics, figures of the model's attention patterns (none for a model without
+    attention: the report leaves its gallery out).
 
     Keys in ConfigErrors are full dotted keys (`task.n_triggers`), so every message names what a user typed.
     """
@@ -131,6 +131,9 @@ class Task:
     @property
     def diversity_axis(self) -> str:
         """The data/* measure reports plot results against: by default the first knob's own value."""
+        return self._knob_axis()
+
+    def _knob_axis(self) -> str:
         return f"data/{self.knobs[0].rsplit('.', 1)[-1]}" if self.knobs else ""
 
     @property
@@ -192,7 +195,7 @@ class Task:
     def diversity(self, cfg) -> dict[str, float]:
         """The `data/*` measures of the training distribution, known before any training; by default the first
         knob's value, as `diversity_axis` names it."""
-        if not self.knobs or self.diversity_axis != f"data/{self.knobs[0].rsplit('.', 1)[-1]}":
+        if not self.knobs or self.diversity_axis != self._knob_axis():  # a task that names its own measure
             return {}
         value = functools.reduce(getattr, self.knobs[0].split(".")[1:], cfg)  # the key is task.<...>
         return {self.diversity_axis: float(value)} if isinstance(value, (int, float)) else {}

@@ -227,9 +227,9 @@ def _describe_model(spec) -> list[str]:
 
 
 def _doc(obj) -> str:
-    """The first line of the docstring of an object's class (not a protocol's)."""
-    doc = type(obj).__doc__ if type(obj).__module__ not in ("trainables.tasks", "trainables.models") else None
-    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+    """The first line of the docstring of the object's own class ("" without one: class docstrings are not inherited)."""
+    doc = (type(obj).__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
 
 
 def _summary(metrics: dict, headline: tuple[str, ...]) -> str:

@@ -36,7 +36,8 @@ class Source:
 
 class Registry:
     """The tasks (or models) that names can pick. Iterates over the names of the built-ins and installed plugins;
-    `registry[name]` also accepts a module path. Lookups raise ConfigError keyed by `key` (e.g. task.name)."""
+    `registry[name]` also accepts a module path (a name with a colon). Lookups raise ConfigError keyed by `key`
+    (e.g. task.name)."""
 
     def __init__(self, kind: str, base: type, required: tuple[str, ...], builtins: dict[str, str]):
         self.kind, self.base, self.required = kind, base, required
@@ -56,9 +57,6 @@ class Registry:
     def __iter__(self):
         return iter(self.sources())
 
-    def __contains__(self, name: str) -> bool:
-        return name in self.sources() or is_module_path(name)
-
     # --- lookup -------------------------------------------------------------------------------------------------
     def __getitem__(self, name: str):
         if name not in self._loaded:
@@ -68,7 +66,7 @@ class Registry:
     def source(self, name: str) -> Source:
         if not isinstance(name, str) or not name:
             raise ConfigError(self.key, f"must be a {self.kind} name or a module path (module:ATTR), got {name!r}")
-        if is_module_path(name):
+        if ":" in name:  # module:ATTR
             return Source(name, name, "module path")
         sources = self.sources()
         if name not in sources:
@@ -116,10 +114,6 @@ class Registry:
             return "its `config` must be a dataclass with a `name` field (the section's schema)"
         missing = [m for m in self.required if getattr(type(obj), m) is getattr(self.base, m)]
         return f"does not implement {', '.join(missing)}" if missing else None
-
-
-def is_module_path(name) -> bool:
-    return isinstance(name, str) and ":" in name
 
 
 @functools.lru_cache(maxsize=None)

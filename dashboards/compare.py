@@ -1,7 +1,8 @@
-"""`headsweep compare DIR [DIR ...] --out FILE.png`: the thresholds several threshold searches measured, on one
-figure against the theory's reference value of each slice (the task's diversity measure at diversity* against the
-value its theory lines give; slice by slice for a task without theory lines), with the points as FILE.csv beside it. Reads only the search directories (config.yaml,
-min_diversity.csv): searches of two models side by side are the project's theory-against-practice figure."""
+"""`headsweep compare DIR [DIR ...] --out FILE.png`: the thresholds several threshold searches measured, on one figure
+against the theory's reference value of each slice (the task's diversity measure at diversity* against the value its
+theory lines give; slice by slice for a task without theory lines), with the points as FILE.csv beside it. Reads
+only the search directories (config.yaml, min_diversity.csv): searches of two models side by side are the project's
+theory-against-practice figure."""
 from __future__ import annotations
 
 from pathlib import Path

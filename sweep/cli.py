@@ -227,7 +227,7 @@ def _describe_model(spec) -> list[str]:
 
 
 def _doc(obj) -> str:
-    """The first line of the docstring of the object's own class ("" without one: class docstrings are not inherited)."""
+    """The first line of the docstring of the object's own class ("": none; class docstrings are not inherited)."""
     doc = (type(obj).__doc__ or "").strip()
     return doc.splitlines()[0] if doc else ""
 

@@ -43,7 +43,8 @@ def check(cfg) -> None:
         output = _call("model.name", f"{spec.name}: run_with_cache()", model.run_with_cache, batch.tokens, batch.query)
         require(("model.name", isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], dict),
                  f"{spec.name}: run_with_cache() must return (logits, cache dict), got {type(output).__name__}"))
-        trained = _call("model.name", f"{spec.name}: forward()", model, batch.tokens, batch.query)  # what training calls
+        # what training calls: the module itself
+        trained = _call("model.name", f"{spec.name}: forward()", model, batch.tokens, batch.query)
     B, T = batch.tokens.shape
     expected = (B, d_vocab) if batch.query is not None else (B, T, d_vocab)
     for what, logits in (("run_with_cache()", output[0]), ("forward()", trained)):
@@ -94,7 +95,8 @@ def check_batch(batch, what: str, d_vocab: int, n_ctx: int, query_only: bool) ->
         require(("task.name", isinstance(query, torch.Tensor) and tuple(query.shape) == (B,)
                  and query.dtype == torch.long,
                  f"{what}: query_only() is true, so query must be a ({B},) torch.long tensor, got {_describe(query)}"))
-        require(("task.name", bool(batch.loss_mask.sum(1).eq(1).all() and batch.loss_mask[torch.arange(B), query].all()),
+        scores_query = batch.loss_mask.sum(1).eq(1).all() and batch.loss_mask[torch.arange(B), query].all()
+        require(("task.name", bool(scores_query),
                  f"{what}: query_only() is true, so loss_mask must score exactly each sequence's query position"))
     else:
         require(("task.name", query is None, f"{what}: query must be None unless query_only() is true"))

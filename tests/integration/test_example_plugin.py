@@ -1,7 +1,7 @@
-"""The worked example, examples/headsweep-zoology, installed as a user installs it (`make test` pip-installs it), through
-the unchanged CLI: its task and model by their entry-point names (`mqar`, `base_conv`) and by module path, through
-train, a packed grid with W&B offline, a search, the report and the W&B dashboard. (tests/e2e/test_plugin_job.py
-ships it to a Ray head installed nowhere.)"""
+"""The worked example, examples/headsweep-zoology, installed as a user installs it (`make test` pip-installs it),
+through the unchanged CLI: its task and model by their entry-point names (`mqar`, `base_conv`) and by module path,
+through train, a packed grid with W&B offline, a search, the report and the W&B dashboard.
+(tests/e2e/test_plugin_job.py ships it to a Ray head installed nowhere.)"""
 import json
 from pathlib import Path
 

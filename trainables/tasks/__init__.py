@@ -254,7 +254,8 @@ def default_dashboard(task: Task) -> tuple[PanelSection, ...]:
     generalization = tuple(Panel("line", (m,), m + (f", grouped by {axis}" if axis else ""), axis)
                            for m in task.headline if m != axis)
     if axis:
-        generalization += (Panel("scatter", (axis, task.success_metric), f"{axis} against final {task.success_metric}"),)
+        generalization += (Panel("scatter", (axis, task.success_metric),
+                                 f"{axis} against final {task.success_metric}"),)
     return (PanelSection("OOD generalization by diversity",
                          f"Does the model generalize out of distribution ({task.success_metric}), and from how much "
                          "diversity?", generalization),

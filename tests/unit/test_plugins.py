@@ -142,7 +142,7 @@ def test_a_broken_plugin_is_one_line_naming_the_key(task, model, expected):
     assert "\n" not in reason(error)
 
 
-def test_the_dry_run_checks_every_split_of_a_builtin_too():
+def test_a_query_only_batch_without_its_query_is_refused():
     from trainables import dry_run
 
     cfg = load()

@@ -14,13 +14,14 @@ import functools
 import importlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from trainables.registry import Registry
+from trainables.streams import Draws
 
 
 PAD_LABEL = -1  # the per-position label of padding, in every task
@@ -77,6 +78,18 @@ class Batch:
         return Batch(pad(self.tokens, 0), pad(self.targets, 0), pad(self.loss_mask, False), pad(self.labels, PAD_LABEL),
                      self.query, self.info)
 
+    def cropped(self, width: int) -> "Batch":
+        """The first `width` positions (cutting only padding is the caller's promise)."""
+        crop = lambda t: t[..., :width]
+        return Batch(crop(self.tokens), crop(self.targets), crop(self.loss_mask), crop(self.labels), self.query,
+                     self.info)
+
+    def member(self, p: int) -> "Batch":
+        """Member p's batch out of a population's (every tensor with a leading member dimension)."""
+        pick = lambda t: None if t is None else t[p]
+        return Batch(pick(self.tokens), pick(self.targets), pick(self.loss_mask), pick(self.labels), pick(self.query),
+                     {k: v[p] for k, v in self.info.items()})
+
     def scored_targets(self) -> torch.Tensor:
         """(M,) the targets the loss reads, in the order of the model's scored logits (see train.scored)."""
         if self.query is not None:
@@ -124,6 +137,8 @@ class Task:
     diversity_label: str = ""  # how the diversity axis reads on a figure, e.g. "R (small = diverse)"
     curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels
     short_names: dict[str, str] = {}  # metric -> a narrow name, where space is short (a figure's contour label)
+    member_fields: tuple[str, ...] = ()  # task config fields the members of one pack may differ in, where the task
+    # has a batch_sampler (members that differ in any other field are packed apart: population.pack_key)
     figures_module: str = ""  # the module with all_figures(arrays), all_images(arrays) and NOTE, imported lazily;
     # "" draws the attention patterns alone (trainables/pattern_figures.py)
 
@@ -181,6 +196,14 @@ class Task:
     def eval_splits(self, cfg) -> dict[str, str]:
         """Metric prefix -> split of the fixed evaluation sets, e.g. {"id": "train", "ood": "displaced"}."""
         raise NotImplementedError
+
+    def batch_sampler(self, cfgs: list, device) -> Callable[[int, Draws], Batch] | None:
+        """Optional, for packing at a GPU's pace: the training batches of P members drawn at once. cfgs: the members'
+        task configs, equal but for `member_fields`; returns draw(n, draws) -> a Batch whose tensors are (P, n, ...),
+        member p's drawn from draws' stream p only (trainables/streams.py), every member padded to one width fixed by
+        cfgs, with the same operations whatever the member count and no value read back to the host. None, the
+        default: each member's batch is its own sample(), drawn and stacked one member after another."""
+        return None
 
     # --- measurements -------------------------------------------------------------------------------------------
     def metrics(self, cfg, prefix: str, batch: Batch, logits: torch.Tensor, cache: dict) -> dict[str, float]:

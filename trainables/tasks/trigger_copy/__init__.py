@@ -10,7 +10,8 @@ from trainables.cache import pattern_at, patterns
 from trainables.tasks import Batch, Panel, PanelSection, Task
 from trainables.tasks.lengths import distribution, diversity_metrics
 from trainables.tasks.trigger_copy import metrics
-from trainables.tasks.trigger_copy.data import OOD_SPLITS, TriggerCopyConfig, sample, valid_pairs
+from trainables.tasks.trigger_copy.data import (OOD_SPLITS, TriggerCopyConfig, sample, train_sampler,
+                                               valid_pairs)
 
 _BY_WIDTH = "data/width"  # W&B runs are grouped by the support width K: few distinct values, ordered by diversity
 
@@ -24,6 +25,7 @@ class TriggerCopy(Task):
     success_metric = "ood/acc"
     knobs = ("task.lengths.width", "task.lengths.low", "task.lengths.high")  # and the family's own parameters
     small_is_diverse = True
+    member_fields = ("n_triggers", "lengths", "ood_split", "n_pairs_per_cell")  # all but the model's dims
     diversity_axis = "data/max_sum_ratio"
     diversity_label = "R (small = diverse)"
     headline = ("ood/acc", "id/acc", "ood/pseudo_rate", "mech/induction_score", "data/max_sum_ratio")
@@ -98,6 +100,9 @@ class TriggerCopy(Task):
 
     def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
         return sample(cfg, n, generator, split, pad_to)
+
+    def batch_sampler(self, cfgs, device):
+        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: TriggerCopyConfig) -> dict[str, str]:
         return {"id": "train", "ood": cfg.ood_split}

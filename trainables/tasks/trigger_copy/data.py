@@ -2,16 +2,19 @@
 
 Tokens are 0-indexed: triggers are 0..N_trg-1, outputs and fillers N_trg..N-1. Positions in code are 0-indexed:
 the first trigger sits at index l1, the output at l1 + 1, the query at T - 1 with T = l1 + l2 + 3.
-Everything is drawn in a fixed order from one explicit torch.Generator, so a batch is a function of the seed.
+Everything is drawn in a fixed order from one random source (trainables/streams.py: a member's own stream in training,
+a torch.Generator in sample()), so a batch is a function of the seed.
 Per-position labels (FILLER, TRIGGER, OUTPUT, QUERY, PAD) say what each position holds; only the query is scored.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from trainables.tasks import PAD_LABEL, Batch
+from trainables.streams import Draws, GeneratorDraws
 from trainables.tasks.lengths import LengthsConfig, distribution
 
 SPLITS = ("train", "displaced", "all_pairs")
@@ -45,53 +48,70 @@ def sample(cfg: TriggerCopyConfig, n: int, generator: torch.Generator, split: st
            pad_to: int | None = None) -> Batch:
     """n sequences of `split`: train (l ~ D_l, l1 = l2 = l), displaced or all_pairs (SPEC §1), scored at the query.
 
-    Right-padded to `pad_to` positions (at least the longest sequence) or, by default, to the longest sequence."""
-    q = distribution(cfg.lengths, cfg.n_triggers)
-    support = torch.tensor(list(q))
+    Right-padded to `pad_to` positions (at least the longest sequence) or, by default, to the longest sequence. The
+    train split is train_sampler's with one member, so the `id` evaluation set is drawn exactly as training batches."""
+    draws = GeneratorDraws(generator)
     if split == "train":
-        probs = torch.tensor(list(q.values()), dtype=torch.float64)
-        l1 = support[torch.multinomial(probs, n, replacement=True, generator=generator)]
-        l2 = l1.clone()
+        batch = train_sampler([cfg], generator.device)(n, draws)
     elif split == "displaced":
         # l ~ Unif(S \ {min S}) (or Unif(S) if that is empty); l1 ~ Unif({1..2l-1} \ {l}); l2 = 2l - l1.
+        support = torch.tensor(list(distribution(cfg.lengths, cfg.n_triggers)))
         lengths = support[1:] if len(support) > 1 else support
-        l = lengths[torch.randint(len(lengths), (n,), generator=generator)]
-        u = 1 + (torch.rand(n, generator=generator, dtype=torch.float64) * (2 * l - 2)).long()  # Unif{1..2l-2}
+        l = lengths[draws.randint(0, len(lengths), n)]  # (1, n)
+        u = 1 + (draws.uniform(n) * (2 * l - 2)).long()  # (1, n): Unif{1..2l-2}
         l1 = torch.where(u >= l, u + 1, u)  # skip l itself
-        l2 = 2 * l - l1
+        batch = _fill(cfg.vocab_size, torch.tensor([cfg.n_triggers]), l1, 2 * l - l1, draws, int(2 * l.max()) + 3)
     elif split == "all_pairs":
         # Stratified rather than i.i.d.: pairs cycle in a shuffled order, so every pair gets n // P or n // P + 1
         # sequences and the per-(l1, l2) accuracy matrix has no empty cell once n >= P.
         pairs = valid_pairs(cfg.max_len)
         order = torch.randperm(len(pairs), generator=generator)
-        l1, l2 = pairs[order[torch.arange(n) % len(pairs)]].unbind(1)
+        l1, l2 = pairs[order[torch.arange(n) % len(pairs)]][None].unbind(2)  # (1, n) each
+        batch = _fill(cfg.vocab_size, torch.tensor([cfg.n_triggers]), l1, l2, draws, cfg.max_len - 1)
     else:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
-    return _fill(cfg, l1, l2, generator, pad_to)
-
-
-def _fill(cfg: TriggerCopyConfig, l1: torch.Tensor, l2: torch.Tensor, generator: torch.Generator,
-          pad_to: int | None) -> Batch:
-    """Draw fillers, triggers and outputs for given (l1, l2) and lay them out, all at once."""
-    n = len(l1)
-    query = l1 + l2 + 2  # (B,) index of the second trigger
-    width = int(query.max()) + 1
-    n_other = cfg.vocab_size - cfg.n_triggers
-    tokens = cfg.n_triggers + torch.randint(n_other, (n, width), generator=generator)  # (B, T_max) fillers
-    trigger = torch.randint(cfg.n_triggers, (n,), generator=generator)
-    output = cfg.n_triggers + torch.randint(n_other, (n,), generator=generator)
-
-    rows = torch.arange(n)
-    position = torch.arange(width).expand(n, width)  # (B, T_max)
-    labels = torch.full((n, width), FILLER)
-    for index, token, label in ((l1, trigger, TRIGGER), (l1 + 1, output, OUTPUT), (query, trigger, QUERY)):
-        tokens[rows, index] = token
-        labels[rows, index] = label
-    padding = position > query[:, None]
-    tokens[padding] = 0
-    labels[padding] = PAD
-    targets = torch.zeros_like(tokens)  # (B, T_max): only the query is scored, and it must predict the output o
-    targets[rows, query] = output
-    batch = Batch(tokens=tokens, targets=targets, loss_mask=labels == QUERY, labels=labels, query=query,
-                  info={"l1": l1, "l2": l2})
+    batch = batch.member(0)
+    batch = batch.cropped(int(batch.query.max()) + 1)  # to the longest sequence
     return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
+
+
+def train_sampler(cfgs: list[TriggerCopyConfig], device) -> Callable[[int, Draws], Batch]:
+    """Training batches of P members at once (Task.batch_sampler): member p's lengths from its own D_l, its own
+    trigger count; every sequence padded to the members' longest possible training sequence, 2 max(l) + 3."""
+    qs = [distribution(cfg.lengths, cfg.n_triggers) for cfg in cfgs]
+    longest = max(max(q) for q in qs)
+    probs = torch.zeros(len(cfgs), longest + 1, dtype=torch.float64)  # (P, max l + 1): q_l of each member
+    for p, q in enumerate(qs):
+        probs[p, list(q)] = torch.tensor(list(q.values()), dtype=torch.float64)
+    cdf = probs.cumsum(1).to(device)  # (P, max l + 1)
+    n_triggers = torch.tensor([cfg.n_triggers for cfg in cfgs], device=device)  # (P,)
+    vocab_size, width = cfgs[0].vocab_size, 2 * longest + 3
+
+    def draw(n: int, draws: Draws) -> Batch:
+        l = draws.categorical(cdf, n)  # (P, n): the index of a length is the length
+        return _fill(vocab_size, n_triggers, l, l, draws, width)
+
+    return draw
+
+
+def _fill(vocab_size: int, n_triggers: torch.Tensor, l1: torch.Tensor, l2: torch.Tensor, draws: Draws,
+          width: int) -> Batch:
+    """Draw fillers, triggers and outputs for given (l1, l2), each (P, n), and lay them out in `width` positions, all
+    at once: every tensor of the Batch is (P, n, width), or (P, n)."""
+    P, n = l1.shape
+    query = l1 + l2 + 2  # (P, n) index of the second trigger
+    tokens = draws.randint(n_triggers, vocab_size, n, width)  # (P, n, width) fillers: outputs and fillers share a range
+    trigger = draws.randint(0, n_triggers, n)[..., None]  # (P, n, 1)
+    output = draws.randint(n_triggers, vocab_size, n)[..., None]  # (P, n, 1)
+
+    position = torch.arange(width, device=l1.device)  # (width,)
+    first, second = position == l1[..., None], position == query[..., None]  # (P, n, width) each
+    after_first = position == l1[..., None] + 1
+    padding = position > query[..., None]
+    tokens = torch.where(first | second, trigger, torch.where(after_first, output, tokens))
+    tokens = tokens.masked_fill(padding, 0)
+    labels = torch.where(first, TRIGGER, torch.where(after_first, OUTPUT, torch.where(second, QUERY, FILLER)))
+    labels = labels.masked_fill(padding, PAD)
+    targets = torch.where(second, output, 0)  # only the query is scored, and it must predict the output o
+    return Batch(tokens=tokens, targets=targets, loss_mask=second, labels=labels, query=query,
+                 info={"l1": l1, "l2": l2})

@@ -21,7 +21,7 @@ from trainables import config
 from trainables.models import one_step
 from trainables.models.one_step import OneHotOneStepModel
 from trainables.tasks.trigger_copy.data import sample
-from trainables.population import Stack
+from trainables.population import Stack, stack_batches
 from trainables.train import init_state, train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -87,7 +87,7 @@ def bench_query_path(steps: int = 60) -> None:
 
     def run(query_only: bool) -> float:
         state, _, _ = init_state(cfg)
-        batches = [sample(cfg.task, 64, state.generator) for _ in range(steps)]
+        batches = [stack_batches([sample(cfg.task, 64, state.generator)]) for _ in range(steps)]
         if not query_only:  # the step calls forward(tokens, query): make it compute every position
             full = state.model.forward
             rows = torch.arange(64)
@@ -95,7 +95,7 @@ def bench_query_path(steps: int = 60) -> None:
         stack = Stack([state])
         start = time.perf_counter()
         for batch in batches:
-            stack.step({0: batch})
+            stack.step(batch, 0)
         return steps / (time.perf_counter() - start)
 
     run(True), run(False)  # warm-up
@@ -104,7 +104,7 @@ def bench_query_path(steps: int = 60) -> None:
           f"{every:.1f} steps/s: {query / every:.2f}x")
     state, _, _ = init_state(cfg)
     with FlopCounterMode(display=False) as counter:
-        Stack([state]).step({0: sample(cfg.task, 64, state.generator)})
+        Stack([state]).step(stack_batches([sample(cfg.task, 64, state.generator)]), 0)
     size = 1024
     a, b = torch.randn(size, size), torch.randn(size, size)
     matmul = statistics.median(timed(lambda: a @ b, 20))

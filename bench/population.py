@@ -28,8 +28,7 @@ from sweep import space  # noqa: E402  (no Ray: the sweep section and its points
 from trainables import config  # noqa: E402
 from trainables.logger import Logger  # noqa: E402
 from trainables.models import MODELS  # noqa: E402
-from trainables.population import Stack  # noqa: E402
-from trainables.tasks import task_of  # noqa: E402
+from trainables.population import Batches, Stack  # noqa: E402
 from trainables.train import init_state, train, train_members  # noqa: E402
 
 
@@ -54,10 +53,9 @@ def step_flops(cfgs: list) -> float:
     """FLOPs of one training step of the population (forward and backward), counted on a copy."""
     states = [init_state(cfg)[0] for cfg in cfgs]
     stack = Stack(states)
-    batches = {slot: task_of(cfg).sample(cfg.task, states[slot].phase().batch_size, states[slot].generator)
-               .to(cfg.device) for slot, cfg in enumerate(cfgs)}
+    batch = Batches(cfgs, states).draw(states[0].phase().batch_size, list(range(len(cfgs))))
     with FlopCounterMode(display=False) as counter:
-        stack.step(batches)
+        stack.step(batch, 0)
     return counter.get_total_flops()
 
 

@@ -274,6 +274,8 @@ def validate(cfg: Config, check_device: bool = True) -> None:
     spec.validate(cfg.model, *task.dims(cfg.task))
     if spec.uses_optim:
         cfg.optim.validate()
+        require(("optim.compile", cfg.optim.compile != "reduce-overhead" or cfg.device == "cuda",
+                 "reduce-overhead replays the step as CUDA graphs and needs device=cuda (use always on the CPU)"))
     cfg.eval.validate()
     problem = threshold_problem(task.success_metric, cfg.eval.threshold, task.success_above)
     require(("eval.threshold", problem is None, problem))

@@ -3,7 +3,7 @@ against the contracts the rest of headsweep relies on. A plugin that breaks one 
 `task.name` or `model.name` and what is wrong, before an output directory exists, instead of every trial failing.
 
 Checked once per (task, model) pair in a process: `sample()` of every split returns a Batch of the right shapes,
-dtypes and ranges; the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right
+dtypes and ranges, and so does the batch_sampler of a task that has one; the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right
 shape; an evaluation reports the task's
 success metric and only numbers.
 """
@@ -13,6 +13,7 @@ import torch
 
 from trainables.errors import ConfigError, require
 from trainables.models import MODELS
+from trainables.streams import Streams
 from trainables.tasks import Batch, task_of
 from trainables.train import evaluate
 
@@ -36,6 +37,7 @@ def check(cfg) -> None:
         what = f"{task.name}: sample(split={split!r})"
         batches[split] = _call("task.name", what, task.sample, cfg.task, N_SEQUENCES, generator, split)
         check_batch(batches[split], what, d_vocab, n_ctx, task.query_only(cfg.task))
+    check_batch_sampler(task, cfg, d_vocab, n_ctx)
 
     with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
         model = _call("model.name", f"{spec.name}: build()", spec.build, cfg.model, d_vocab, n_ctx)
@@ -65,6 +67,24 @@ def check(cfg) -> None:
     require(("task.name", all(k.startswith("data/") and isinstance(v, (int, float)) for k, v in diversity.items()),
              f"{task.name}: diversity() must map data/* names to numbers, got {diversity!r}"))
     _passed.add((cfg.task.name, cfg.model.name))
+
+
+def check_batch_sampler(task, cfg, d_vocab: int, n_ctx: int) -> None:
+    """A task's batch_sampler, where it has one: two members' batches at once, each a Batch of the contract, and
+    each member's the one it draws alone (its stream's, whatever it is packed with)."""
+    what = f"{task.name}: batch_sampler()"
+    draw = _call("task.name", what, task.batch_sampler, [cfg.task, cfg.task], "cpu")
+    if draw is None:
+        return
+    both = _call("task.name", what, draw, N_SEQUENCES, Streams([0, 1]))
+    require(("task.name", isinstance(both, Batch) and isinstance(both.tokens, torch.Tensor)
+             and both.tokens.dim() == 3 and both.tokens.shape[0] == 2,
+             f"{what} must draw a Batch of (P, n, T) tensors, got {_describe(getattr(both, 'tokens', both))} "
+             "tokens for P = 2"))
+    alone = _call("task.name", what, task.batch_sampler([cfg.task], "cpu"), N_SEQUENCES, Streams([1]))
+    check_batch(both.member(1), what, d_vocab, n_ctx, task.query_only(cfg.task))
+    require(("task.name", torch.equal(both.member(1).tokens, alone.member(0).tokens),
+             f"{what}: a member's batch depends on the members drawn with it (draw each one's from its own stream)"))
 
 
 def check_batch(batch, what: str, d_vocab: int, n_ctx: int, query_only: bool) -> None:

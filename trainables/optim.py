@@ -14,7 +14,7 @@ import torch
 from trainables.errors import require
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-COMPILE = ("auto", "always", "never")  # not on/off, which YAML reads as booleans
+COMPILE = ("auto", "always", "never", "reduce-overhead")  # not on/off, which YAML reads as booleans
 # `optim.compile=auto` compiles runs of at least this many steps: on 2 CPU cores compiling the paper transformer's step
 # takes about 2.5 s with inductor's cache warm and 6.5-22 s cold (plus importing torch._dynamo), and the compiled step
 # is 1.3x faster: at 5,000 steps it was a wash, it pays from about 6,000 on (docs/PERFORMANCE.md).
@@ -30,7 +30,8 @@ class OptimConfig:
     weight_decay: float = 0.0  # decoupled for adamw, L2 for adam and sgd
     batch_size: int = 64  # fresh training sequences per step
     max_steps: int = 20000  # training steps unless early stopping ends the run sooner
-    compile: str = "auto"  # auto | always | never: torch.compile the training step (auto: runs of >= COMPILE_AUTO_STEPS)
+    compile: str = "auto"  # auto | always | never | reduce-overhead: torch.compile the training step (auto: runs of
+    # >= COMPILE_AUTO_STEPS; reduce-overhead: compiled and replayed as CUDA graphs, device=cuda only)
 
     def validate(self) -> None:
         require(
@@ -48,11 +49,11 @@ class OptimConfig:
         # fused: one kernel for the whole update instead of a dozen per parameter (the step is launch-bound)
         return OPTIMIZERS[self.name](parameters, lr=self.lr, weight_decay=self.weight_decay, fused=True)
 
-    def compiles(self) -> bool:
-        """Whether the training step runs torch.compile'd."""
+    def compile_mode(self) -> str | None:
+        """torch.compile's mode for the training step ("default" or "reduce-overhead"), or None: not compiled."""
         if self.compile == "auto":
-            return self.max_steps >= COMPILE_AUTO_STEPS and cpp_compiler() is not None
-        return self.compile == "always"
+            return "default" if self.max_steps >= COMPILE_AUTO_STEPS and cpp_compiler() is not None else None
+        return {"always": "default", "reduce-overhead": "reduce-overhead"}.get(self.compile)
 
 
 def cpp_compiler() -> str | None:

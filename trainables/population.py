@@ -1,45 +1,55 @@
 """Members of one shape trained as one (DESIGN "Packing"): their parameters stacked along a leading member dimension,
 one vmapped forward and backward per step, one optimizer per phase over the stacked parameters.
 
-Each member keeps its own seed, data distribution and batches (its own generators), its own early stopping and its
-own divergence (train.py's loop keeps those per member); what it gets from the stack is exactly what it would get
-alone:
+Each member keeps its own seed, data distribution and batches, its own early stopping and its own divergence (train.py's
+loop keeps those per member); what it gets from the stack is exactly what it would get alone:
+- its batches come from its own random stream (Batches), the same whatever it is packed with;
 - the loss is the sum of the members' mean losses, so each member's slice of the gradient is its own gradient, and
   the optimizers (SGD, Adam, AdamW: elementwise, no clipping) update each slice exactly as they would update it alone;
-- a member that stopped (early stopping, a non-finite loss) is frozen: its loss is masked out and its slice restored
-  after every step;
+- a member that stopped (early stopping, a non-finite loss) has its loss masked out, so it touches no other member;
 - its checkpoints hold its slice of the optimizer state in the format its own optimizer has, so it resumes packed or
   alone.
 A stack of one runs the member's own module and optimizers directly (no vmap, no copies): that is `train(cfg)`.
+A training step's host work does not grow with the member count, and it reads nothing back to the host: on a GPU the
+host queues the next step while the device runs this one (docs/PERFORMANCE.md, "Packed step").
 """
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
 from trainables.models import MODELS
-from trainables.tasks import Batch, task_of
+from trainables.streams import Streams
+from trainables.tasks import Batch, Task, task_of
 
 
 def pack_key(cfg) -> tuple:
     """Members with equal keys can train as one: the same task, vocabulary and context, whether one position per
-    sequence is scored, the same model and training settings, evaluation schedule and device. Seeds, data
-    distributions, evaluation set sizes, patience and thresholds may differ."""
+    sequence is scored, the same model and training settings, evaluation schedule and device, and for a task that
+    draws a population's batches at once, the task settings its sampler needs equal (all but Task.member_fields).
+    Seeds, data distributions, evaluation set sizes, patience and thresholds may differ."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
-    return (task.name, task.dims(cfg.task), task.query_only(cfg.task), repr(cfg.model),
+    shared = None
+    if type(task).batch_sampler is not Task.batch_sampler:
+        shared = repr({k: v for k, v in vars(cfg.task).items() if k not in task.member_fields})
+    return (task.name, task.dims(cfg.task), task.query_only(cfg.task), shared, repr(cfg.model),
             repr(cfg.optim) if spec.uses_optim else None, cfg.eval.every, cfg.device)
 
 
 class Stack:
     """The parameters and optimizers of the members' TrainStates as one. One state runs its own module and its own
     optimizers; several run a vmapped functional call of the first state's module over parameters stacked along
-    dim 0, with one optimizer per phase over them. `states` keep their order: a member's slot is its position."""
+    dim 0, with one optimizer per phase over them. `states` keep their order: a member's slot is its position.
 
-    def __init__(self, states: list, compiled: bool = False):
+    A step reads nothing back to the host (issue gpu-ready): the members' losses, hits and counts add up on the device,
+    a member whose loss is not finite is masked out from that step on and its step and loss are kept there, and
+    `collect` reads it all at the next evaluation. Every slot keeps its place, stopped or not, so shapes never change;
+    a stopped member's slot is never read again (its result was taken when it stopped)."""
+
+    def __init__(self, states: list, compiled: str | None = None):
         self.states = states
         template = states[0].model
         self.template = template
@@ -54,39 +64,51 @@ class Stack:
                 for index, optimizer in enumerate(self.optimizers):
                     optimizer.load_state_dict(_stack_optimizer_states(
                         [state.phases[index].optimizer.state_dict() for state in states]))
-        self.frozen: dict[int, dict[str, torch.Tensor]] = {}  # slot -> parameters of a member that stopped
+        device = next(iter(self.params.values())).device
+        M = len(states)
+        self.training = torch.ones(M, dtype=torch.bool, device=device)  # (M,) stepping: not stopped, losses finite
+        self.clock = torch.tensor(states[0].step, device=device)  # the step count, on the device
+        self.bad_step = torch.full((M,), -1, device=device)  # (M,) the step whose loss was first not finite
+        self.bad_loss = torch.zeros(M, dtype=torch.float64, device=device)  # (M,) that loss
+        self.sums = torch.zeros(3, M, dtype=torch.float64, device=device)  # loss x count, hits, count since collect
+        self._phase = None
         # Compiled, the forward and backward run as a few fused kernels instead of a hundred small ones; the first
-        # step compiles them (seconds), and a new batch width may compile once more.
-        self._forward = torch.compile(self._forward) if compiled else self._forward
+        # step compiles them (seconds). "reduce-overhead" also replays them as CUDA graphs (shapes never change).
+        if compiled:
+            self._forward = torch.compile(self._forward, mode=None if compiled == "default" else compiled)
 
-    def step(self, batches: dict[int, Batch]) -> dict[int, float]:
-        """One optimizer step of the current phase for the members in `batches` (slot -> its batch; every other
-        member is frozen): per slot, its loss (a member whose loss is not finite takes no step)."""
-        slots = sorted(batches)
-        optimizer = self.optimizers[self.states[slots[0]].phase_index()]
-        for state in self.states:
-            state.model.train()
-        self._differentiate_only(optimizer)
-        losses, hits, counts = self._forward(_stack([batches[s] for s in slots], slots, len(self.states)))  # (M,)
-        stepping = torch.zeros_like(losses, dtype=torch.bool)  # (M,) on the members' device
-        stepping[slots] = True
-        live = torch.isfinite(losses) & stepping
+    def step(self, batch: Batch, phase: int) -> None:
+        """One optimizer step of phase `phase` for every member still training, each on its batch (batch tensors
+        (M, n, ...)): the same operations whatever M, and no value read back to the host."""
+        optimizer = self.optimizers[phase]
+        if phase != self._phase:
+            self._differentiate_only(optimizer)
+            self._phase = phase
+        self.template.train()  # evaluation left it in eval mode; vmap runs the template's code for every member
+        losses, hits, counts = self._forward(batch)  # (M,) each
+        live = self.training & torch.isfinite(losses)  # (M,)
+        went_bad = self.training & ~live
+        self.bad_step.copy_(torch.where(went_bad, self.clock, self.bad_step))
+        self.bad_loss.copy_(torch.where(went_bad, losses.detach().double(), self.bad_loss))
+        self.training.copy_(live)
         optimizer.zero_grad(set_to_none=True)
         torch.where(live, losses, torch.zeros_like(losses)).sum().backward()
-        # One copy to the host a step (on a GPU each .item() would wait for the device): four lists of M.
-        host = torch.stack([losses.detach(), hits.to(losses), counts.to(losses), live.to(losses)])  # (4, M)
-        loss, hit, count, alive = host.tolist()
-        if any(alive):
-            optimizer.step()
-        self._restore_frozen()
-        for slot in slots:
-            if math.isfinite(loss[slot]):
-                state = self.states[slot]
-                state.step += 1
-                state.loss_sum += loss[slot] * count[slot]
-                state.hits += hit[slot]
-                state.count += int(count[slot])
-        return {slot: loss[slot] for slot in slots}
+        optimizer.step()  # a masked member's gradient is zero; whatever its slice becomes is never read
+        step_sums = torch.stack([losses.detach().double() * counts, hits.double(), counts.double()])  # (3, M)
+        self.sums += torch.where(live, step_sums, torch.zeros_like(step_sums))
+        self.clock += 1
+
+    def collect(self) -> list[tuple[bool, int, float, float, float, float]]:
+        """Per slot: (still finite, the step its loss first was not finite, that loss, loss x count, hits, count)
+        since the last collect, which starts a new window: the one read back to the host, once per evaluation."""
+        host = torch.cat([torch.stack([self.training.double(), self.bad_step.double(), self.bad_loss]),
+                          self.sums]).tolist()  # (6, M)
+        self.sums.zero_()
+        return [(bool(alive), int(step), loss, *sums) for alive, step, loss, *sums in zip(*host)]
+
+    def stop(self, slot: int) -> None:
+        """A member that stopped trains no more: its loss is masked out from now on."""
+        self.training[slot] = False
 
     def _differentiate_only(self, optimizer: torch.optim.Optimizer) -> None:
         """Gradients for the parameters this phase's optimizer updates, none for the others: the one-step model's W_V
@@ -95,20 +117,19 @@ class Stack:
         for p in self.params.values():
             p.requires_grad_(id(p) in stepped)
 
-    def _forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per member: mean cross-entropy over its scored positions, its correct predictions and their count."""
         if len(self.states) == 1:
-            one = {k: (v[0] if v is not None else None) for k, v in batch.items()}
-            return tuple(x[None] for x in scored_loss(self.template, one))
+            return tuple(x[None] for x in scored_loss(self.template, batch.member(0)))
         template = self.template
 
         def member_loss(params, buffers, tokens, query, targets, mask):
             model = lambda tokens, query: functional_call(template, (params, buffers), (tokens, query))
-            return scored_loss(model, {"tokens": tokens, "query": query, "targets": targets, "mask": mask})
+            return scored_loss(model, Batch(tokens, targets, mask, None, query))
 
-        query_dim = 0 if batch["query"] is not None else None
+        query_dim = 0 if batch.query is not None else None
         return vmap(member_loss, in_dims=(0, 0, 0, query_dim, 0, 0))(
-            self.params, self.buffers, batch["tokens"], batch["query"], batch["targets"], batch["mask"])
+            self.params, self.buffers, batch.tokens, batch.query, batch.targets, batch.loss_mask)
 
     def unstack(self, slots: list[int]) -> None:
         """Copy the stacked parameters into these members' own modules (for their evaluation and checkpoint)."""
@@ -127,47 +148,58 @@ class Stack:
         return [_slice_optimizer_state(optimizer.state_dict(), slot, mine["param_groups"])
                 for optimizer, mine in zip(self.optimizers, own)]
 
-    def freeze(self, slot: int) -> None:
-        """A member that stopped keeps its parameters: its slice is restored after every later step."""
-        if len(self.states) > 1:
-            self.frozen[slot] = {name: p[slot].detach().clone() for name, p in self.params.items()}
 
-    def _restore_frozen(self) -> None:
-        with torch.no_grad():
-            for slot, saved in self.frozen.items():
-                for name, value in saved.items():
-                    self.params[name][slot] = value
+class Batches:
+    """The training batches of a population, stacked (tensors (M, n, ...)). With the task's batch_sampler: one
+    vectorised draw from the members' own streams (trainables/streams.py) on their device, the same operations for
+    any member count. Without (a plugin that has none): each member's sample() on its own generator, padded to the
+    widest and stacked, one member after another; a stopped member's slot holds a copy of the first batch."""
+
+    def __init__(self, cfgs: list, states: list):
+        task, device = task_of(cfgs[0]), cfgs[0].device
+        self.cfgs, self.states = cfgs, states
+        self.sampler = task.batch_sampler([cfg.task for cfg in cfgs], device)
+        self.streams = Streams([state.key for state in states], device, states[0].step) if self.sampler else None
+
+    def draw(self, n: int, slots: list[int]) -> Batch:
+        """The next batch of n sequences of every member (those in `slots` still train)."""
+        if self.sampler:
+            batch = self.sampler(n, self.streams)
+            self.streams.advance()
+            return batch
+        drawn = {slot: task_of(self.cfgs[slot]).sample(self.cfgs[slot].task, n, self.states[slot].generator)
+                 .to(self.cfgs[slot].device) for slot in slots}
+        return stack_batches([drawn.get(slot, drawn[slots[0]]) for slot in range(len(self.states))])
 
 
-def compiles(cfg) -> bool:
-    """Whether a member's training step runs torch.compile'd (`optim.compile`; models trained by `optim` only)."""
-    return MODELS[cfg.model.name].uses_optim and cfg.optim.compiles()
+def stack_batches(batches: list[Batch]) -> Batch:
+    """Members' batches padded to the widest and stacked along a leading member dimension (their info left out)."""
+    width = max(b.tokens.shape[1] for b in batches)
+    padded = [b.padded(width) for b in batches]
+    stack = lambda name: torch.stack([getattr(b, name) for b in padded])
+    return Batch(stack("tokens"), stack("targets"), stack("loss_mask"), stack("labels"),
+                 stack("query") if padded[0].query is not None else None)
 
 
-def scored_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def compile_mode(cfg) -> str | None:
+    """How a member's training step is torch.compile'd (`optim.compile`; models trained by `optim` only): None (not
+    at all), "default" or "reduce-overhead" (CUDA graphs)."""
+    return cfg.optim.compile_mode() if MODELS[cfg.model.name].uses_optim else None
+
+
+def scored_loss(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mean cross-entropy over the scored positions (the query, or where the mask is set), the correct predictions and
     their count, written without data-dependent shapes so that it vmaps. model(tokens, query) -> logits."""
-    logits = model(batch["tokens"], batch["query"])
-    if batch["query"] is not None:  # logits (B, N) at the query
-        targets = batch["targets"].gather(1, batch["query"][:, None])[:, 0]  # (B,)
+    logits = model(batch.tokens, batch.query)
+    if batch.query is not None:  # logits (B, N) at the query
+        targets = batch.targets.gather(1, batch.query[:, None])[:, 0]  # (B,)
         hits = (logits.argmax(-1) == targets).sum()
-        return F.cross_entropy(logits, targets), hits, torch.tensor(targets.shape[0])
-    mask = batch["mask"].to(logits.dtype)  # (B, T)
-    per_position = F.cross_entropy(logits.transpose(1, 2), batch["targets"], reduction="none")  # (B, T)
+        return F.cross_entropy(logits, targets), hits, torch.full_like(hits, targets.shape[0])
+    mask = batch.loss_mask.to(logits.dtype)  # (B, T)
+    per_position = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # (B, T)
     count = mask.sum()
-    hits = ((logits.argmax(-1) == batch["targets"]).to(logits.dtype) * mask).sum()
+    hits = ((logits.argmax(-1) == batch.targets).to(logits.dtype) * mask).sum()
     return (per_position * mask).sum() / count, hits, count
-
-
-def _stack(batches: list[Batch], slots: list[int], size: int) -> dict:
-    """The members' batches padded to one width and stacked in their slots; a frozen member's slot holds a copy of
-    the first batch (its loss is masked out)."""
-    width = max(b.tokens.shape[1] for b in batches)
-    by_slot = {slot: b.padded(width) for slot, b in zip(slots, batches)}
-    ordered = [by_slot.get(slot, by_slot[slots[0]]) for slot in range(size)]
-    stack = lambda name: torch.stack([getattr(b, name) for b in ordered])
-    return {"tokens": stack("tokens"), "targets": stack("targets"), "mask": stack("loss_mask"),
-            "query": stack("query") if ordered[0].query is not None else None}
 
 
 def _stacked_optimizer(optimizer: torch.optim.Optimizer, names: dict[int, str], params: dict) -> torch.optim.Optimizer:

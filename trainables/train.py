@@ -29,7 +29,7 @@ from trainables.io import atomic_write, write_json
 from trainables.logger import Logger
 from trainables.models import MODELS
 from trainables.optim import Phase
-from trainables.population import Stack, compiles, pack_key
+from trainables.population import Batches, Stack, compile_mode, pack_key, stack_batches
 from trainables.tasks import Batch, task_of
 
 
@@ -73,12 +73,13 @@ class TrainState:
 
     model: torch.nn.Module
     phases: list[Phase]
-    generator: torch.Generator  # draws the training batches
+    generator: torch.Generator  # draws the training batches of a task without a batch_sampler (a plugin's)
+    key: int  # the member's training-data stream (trainables/streams.py): a task with a batch_sampler draws from it
     stopper: EarlyStopping
     step: int = 0  # optimizer steps taken
     status: str = "completed"  # stays "completed" while running; early_stopped or diverged end the run early
     diverged_because: str = ""  # what was not finite, and at which step
-    loss_sum: float = 0.0  # training loss and hits over the scored positions since the last evaluation
+    loss_sum: float = 0.0  # training loss x count, hits and count over the scored positions since the last evaluation
     hits: float = 0.0
     count: int = 0
 
@@ -86,9 +87,9 @@ class TrainState:
     def total_steps(self) -> int:
         return sum(phase.steps for phase in self.phases)
 
-    def phase_index(self) -> int:
-        """The index of the phase the next step belongs to."""
-        done = self.step
+    def phase_index(self, step: int | None = None) -> int:
+        """The index of the phase the next step (or step `step`, counted from 0) belongs to."""
+        done = self.step if step is None else step
         for index, phase in enumerate(self.phases):
             if done < phase.steps:
                 return index
@@ -114,11 +115,13 @@ class Result:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # attention, accuracy matrix, W_KQ: attention.npz
 
 
-def seeded_generators(seed: int) -> tuple[int, torch.Generator, torch.Generator]:
-    """Independent streams for initialisation, training data and evaluation data, all from the one seed."""
+def seeded_generators(seed: int) -> tuple[int, int, torch.Generator]:
+    """Independent streams for initialisation, training data and evaluation data, all from the one seed: the
+    initialisation seed, the training data's key (a Streams key, and a plugin's generator's seed) and the evaluation
+    data's generator."""
     seeds = torch.randint(2**62, (3,), generator=torch.Generator().manual_seed(seed))
-    init_seed, train_seed, eval_seed = seeds.tolist()
-    return init_seed, torch.Generator().manual_seed(train_seed), torch.Generator().manual_seed(eval_seed)
+    init_seed, train_key, eval_seed = seeds.tolist()
+    return init_seed, train_key, torch.Generator().manual_seed(eval_seed)
 
 
 def copy_generator(generator: torch.Generator) -> torch.Generator:
@@ -132,23 +135,27 @@ def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
     """The model at initialisation with its phases, the fixed evaluation sets (`eval.n_id` sequences of the `id`
     split, `eval.n_ood` of every other) and the evaluation generator, whose later draws feed the final readout."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
-    init_seed, train_generator, eval_generator = seeded_generators(cfg.seed)
+    init_seed, train_key, eval_generator = seeded_generators(cfg.seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         model = spec.build(cfg.model, *task.dims(cfg.task)).to(cfg.device)
     eval_sets = {prefix: task.sample(cfg.task, cfg.eval.n_id if prefix == "id" else cfg.eval.n_ood, eval_generator,
                                      split).to(cfg.device)
                  for prefix, split in task.eval_splits(cfg.task).items()}
-    state = TrainState(model, spec.phases(cfg.model, cfg.optim, model), train_generator,
-                       EarlyStopping(cfg.eval.patience))
+    state = TrainState(model, spec.phases(cfg.model, cfg.optim, model), torch.Generator().manual_seed(train_key),
+                       train_key, EarlyStopping(cfg.eval.patience))
     return state, eval_sets, eval_generator
 
 
 def step(state: TrainState, batch: Batch) -> float:
-    """One optimizer step of one member on its batch (big_vision's update_fn(state, batch)): its training loss; a
-    member whose loss is not finite takes no step. train_members steps the members of a population at once on one
-    population.Stack, which for a single member is exactly this."""
-    return Stack([state]).step({0: batch})[0]
+    """One optimizer step of one member on its batch (big_vision's update_fn(state, batch)): its training loss (read
+    back at once: for tests and benchmarks; train_members steps a population on one population.Stack and reads its
+    losses once per evaluation)."""
+    stack = Stack([state])
+    stack.step(stack_batches([batch]), state.phase_index())
+    alive, _, bad_loss, loss_sum, _, count = stack.collect()[0]
+    state.step += alive
+    return loss_sum / count if alive else bad_loss
 
 
 def scored(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,23 +266,34 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
     if training:
         if len({m.state.step for m in training}) > 1 or len({pack_key(m.cfg) for m in training}) > 1:
             raise ValueError("members trained together need one pack_key and one step")
-        stack, first = Stack([m.state for m in training], compiles(training[0].cfg)), training[0]
-        bar = tqdm(total=first.state.total_steps, initial=first.state.step, desc=first.cfg.name, unit="step",
-                   disable=not sys.stderr.isatty(), leave=False)
-        while any(m.training for m in training):
-            active = {slot: m for slot, m in enumerate(training) if m.training}
-            losses = stack.step({slot: _next_batch(m) for slot, m in active.items()})
-            bar.update()
-            for slot, loss in losses.items():
-                if not math.isfinite(loss):
-                    active[slot].state.diverge("train/loss", loss)
-            _evaluate_if_due(stack, active, on_checkpoint)
-            for slot, member in active.items():
-                if not member.training:
-                    stack.freeze(slot)
-                    finish(member)
-        bar.close()
+        _train_together(training, on_checkpoint, finish)
     return [results[member.index] for member in members]
+
+
+def _train_together(training: list[Member], on_checkpoint, finish: Callable[[Member], None]) -> None:
+    """Step the members as one population until each has stopped. Between evaluations a step is the same host work
+    whatever the member count (one batch draw, one Stack.step) and reads nothing back; at an evaluation every member
+    still going is measured, and may stop early or be found diverged."""
+    first = training[0]
+    stack = Stack([m.state for m in training], compile_mode(first.cfg))
+    batches = Batches([m.cfg for m in training], [m.state for m in training])
+    active = dict(enumerate(training))  # slot -> member still training, changed at evaluations only
+    step, total, every = first.state.step, first.state.total_steps, first.cfg.eval.every
+    bar = tqdm(total=total, initial=step, desc=first.cfg.name, unit="step", disable=not sys.stderr.isatty(),
+               leave=False)
+    while active:
+        phase = first.state.phase_index(step)
+        stack.step(batches.draw(first.state.phases[phase].batch_size, list(active)), phase)
+        step += 1
+        bar.update()
+        if step % every == 0 or step >= total:
+            _evaluate(stack, active, step, on_checkpoint)
+            for slot, member in list(active.items()):
+                if not member.training:
+                    stack.stop(slot)
+                    del active[slot]
+                    finish(member)
+    bar.close()
 
 
 def _start(index: int, cfg, logger: Logger, resume: dict | None) -> Member:
@@ -289,18 +307,19 @@ def _start(index: int, cfg, logger: Logger, resume: dict | None) -> Member:
     return member
 
 
-def _next_batch(member: Member) -> Batch:
-    cfg = member.cfg
-    return task_of(cfg).sample(cfg.task, member.state.phase().batch_size, member.state.generator).to(cfg.device)
-
-
-def _evaluate_if_due(stack: Stack, active: dict[int, Member], on_checkpoint) -> None:
-    """At an evaluation step, measure every member still going: keep its last finite evaluation, decide early
-    stopping and divergence, log it, then checkpoint it (with its slice of the optimizers) when finite."""
-    some = next(iter(active.values())).state
-    if some.step % next(iter(active.values())).cfg.eval.every and some.step < some.total_steps:
-        return
-    measured = {slot: m for slot, m in active.items() if m.state.status == "completed"}
+def _evaluate(stack: Stack, active: dict[int, Member], step: int, on_checkpoint) -> None:
+    """At an evaluation step: read the stack's sums once; a member whose loss went non-finite since is diverged at
+    the step it did; measure every other one, keep its last finite evaluation, decide early stopping and
+    divergence, log it, then checkpoint it (with its slice of the optimizers) when finite."""
+    collected = stack.collect()
+    measured = {}
+    for slot, m in active.items():
+        alive, bad_step, bad_loss, m.state.loss_sum, m.state.hits, m.state.count = collected[slot]
+        m.state.step = step if alive else bad_step
+        if alive:
+            measured[slot] = m
+        else:
+            m.state.diverge("train/loss", bad_loss)
     stack.unstack(list(measured))
     latest, states = {}, {}
     for slot, m in measured.items():

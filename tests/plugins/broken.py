@@ -37,6 +37,21 @@ class RaisesWhenLong(Repeat):
         return super().sample(cfg, n, generator, split)
 
 
+class PackedTogether(Repeat):
+    """A batch_sampler that draws every member's strings from the first member's stream: a member's batches would
+    depend on what it is packed with."""
+
+    def batch_sampler(self, cfgs, device):
+        def draw(n, draws):
+            strings = 1 + draws.randint(0, cfgs[0].n_symbols, n, cfgs[0].length)[:1]  # (1, n, length): member 0's
+            batch = self.sample(cfgs[0], n, torch.Generator().manual_seed(0))
+            tokens = batch.tokens.clone()
+            tokens[:, :cfgs[0].length] = strings[0]
+            expand = lambda t: t.expand(len(cfgs), *t.shape)
+            return type(batch)(expand(tokens), expand(batch.targets), expand(batch.loss_mask), expand(batch.labels))
+        return draw
+
+
 class NoSample(Task):
     name = "no_sample"
     config = Repeat.config
@@ -54,6 +69,7 @@ class WrongLogits(MeanMixerSpec):
 
 
 FLOAT_TOKENS, TOO_LONG, NO_OOD, RAISES, NO_SAMPLE = FloatTokens(), TooLong(), NoOodSplit(), Raises(), NoSample()
+PACKED_TOGETHER = PackedTogether()
 RAISES_WHEN_LONG = RaisesWhenLong()
 WRONG_LOGITS = WrongLogits()
 NOT_A_TASK = object()

@@ -100,10 +100,14 @@ def test_compiling_without_a_compiler_is_refused_and_auto_runs_eagerly(monkeypat
     monkeypatch.setenv("CXX", "no-such-compiler")
     assert "needs a C++ compiler" in error_of("optim.compile=always").reason
     cfg = config.load(CONFIGS / "debug.yaml", ["optim.max_steps=100000"])
-    assert cfg.optim.compile == "auto" and not cfg.optim.compiles()
+    assert cfg.optim.compile == "auto" and cfg.optim.compile_mode() is None
     monkeypatch.delenv("CXX")
-    assert cfg.optim.compiles() == (shutil.which("g++") is not None)
-    assert not config.load(CONFIGS / "debug.yaml", ["optim.max_steps=100"]).optim.compiles()  # too short to pay
+    assert cfg.optim.compile_mode() == ("default" if shutil.which("g++") else None)
+    assert config.load(CONFIGS / "debug.yaml", ["optim.max_steps=100"]).optim.compile_mode() is None  # too short
+
+
+def test_cuda_graphs_are_refused_off_a_gpu():
+    assert error_of("optim.compile=reduce-overhead").reason.startswith("reduce-overhead replays the step as CUDA graphs")
 
 
 def test_rotary_needs_an_even_key_width():

@@ -10,7 +10,8 @@ from trainables.models import one_step
 from trainables.models.one_step import OneHotOneStepModel, OneStepModel
 from trainables.tasks.trigger_copy.data import sample
 from trainables.tasks import task_of
-from trainables.train import init_state, seeded_generators, step, train
+from trainables.population import Batches
+from trainables.train import init_state, step, train
 from tests.conftest import CONFIGS
 
 SMALL = ["task.vocab_size=10", "task.max_len=14", "task.n_triggers=2", "task.lengths.low=2", "task.lengths.high=5",
@@ -87,8 +88,9 @@ def test_a_paper_trial_equals_the_one_hot_definitions_on_every_metric(monkeypatc
 
 
 def closed_form_algorithm_1(cfg):
-    """Algorithm 1 by hand: the two gradients written out, on the same fresh batches train() draws."""
-    _, generator, _ = seeded_generators(cfg.seed)
+    """Algorithm 1 by hand: the two gradients written out, on the same fresh batches train() draws (its stream)."""
+    state = init_state(cfg)[0]
+    batches = Batches([cfg], [state])
     model = OneHotOneStepModel(cfg.task.vocab_size, cfg.task.max_len)
     N = cfg.task.vocab_size
 
@@ -99,7 +101,7 @@ def closed_form_algorithm_1(cfg):
 
     # Step 1 at W_KQ = W_V = 0: attention is uniform over the T positions and softmax(f) is uniform over N, so
     # grad W_V = mean_b (1/N - e_o) x̄_b^T with x̄ the average feature.
-    batch = sample(cfg.task, cfg.model.n_samples_V, generator)
+    batch = batches.draw(cfg.model.n_samples_V, [0]).member(0)
     X, valid, _ = features(batch)
     x_mean = (X * valid[..., None]).sum(1) / valid.sum(1, keepdim=True)  # (B, D)
     residual = 1 / N - torch.nn.functional.one_hot(batch.scored_targets(), N).double()  # (B, N): softmax(f) - e_o
@@ -107,7 +109,7 @@ def closed_form_algorithm_1(cfg):
 
     # Step 2 at W_KQ = 0 and the new W_V: d loss / d s_t = a_t (u_t - sum_t' a_t' u_t') with a uniform and
     # u_t = x_t^T W_V^T g, g = softmax(f) - e_o; then grad W_KQ = mean_b sum_t (d loss / d s_t) x_t x_T^T.
-    batch = sample(cfg.task, cfg.model.n_samples_KQ, generator)
+    batch = batches.draw(cfg.model.n_samples_KQ, [0]).member(0)
     X, valid, x_T = features(batch)
     a = valid / valid.sum(1, keepdim=True)  # (B, T)
     f = torch.einsum("nd,btd,bt->bn", W_V, X, a)

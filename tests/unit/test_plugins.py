@@ -131,6 +131,8 @@ def test_an_unknown_name_lists_what_is_available_closest_first(site):
     ("tests.plugins.broken:NO_OOD", MIXER, r"task\.name: repeat: eval_splits\(\) must map the prefixes 'id' and 'ood'"),
     ("tests.plugins.broken:RAISES", MIXER, r"task\.name: repeat: sample\(split='train'\) raised RuntimeError: the "
                                            r"generator's table is missing"),
+    ("tests.plugins.broken:PACKED_TOGETHER", MIXER, r"task\.name: repeat: batch_sampler\(\): a member's batch "
+     r"depends on the members drawn with it"),
     (REPEAT, "tests.plugins.broken:WRONG_LOGITS", r"model\.name: mean_mixer: run_with_cache\(\) must return float "
                                                   r"logits of shape \(3, 12, 17\)"),
     (REPEAT, "tests.plugins.repeat:TASK", r"model\.name: .* is a Repeat, not a trainables\.models\.ModelSpec"),

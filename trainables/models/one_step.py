@@ -68,8 +68,9 @@ class OneStepModel(nn.Module):
         B, T, _ = hot.shape
         rows = torch.arange(B, device=tokens.device)
         query_hot, query_weight = hot[rows, query], weight[rows, query]  # (B, 3): the features of x_T
-        # (B, D): W_KQ x_T, the weighted sum of W_KQ's three columns of the query's features in one kernel
-        w_query = F.embedding_bag(query_hot, self.W_KQ.T, per_sample_weights=query_weight, mode="sum")
+        # (B, D): W_KQ x_T, the weighted sum of W_KQ's three columns of the query's features (a gather, not
+        # F.embedding_bag, which vmap runs one member at a time)
+        w_query = (self.W_KQ.T[query_hot] * query_weight[..., None]).sum(1)
         scores = (w_query.gather(1, hot.flatten(1)).view(B, T, 3) * weight).sum(-1)  # (B, T): x_t^T W_KQ x_T
         after_query = torch.arange(T, device=tokens.device)[None, :] > query[:, None]  # (B, T)
         attention = scores.masked_fill(after_query, float("-inf")).softmax(dim=-1)  # (B, T)

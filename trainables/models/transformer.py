@@ -122,6 +122,12 @@ class Block(nn.Module):
         return x, pattern
 
 
+def one_hot(index: torch.Tensor, classes: int) -> torch.Tensor:
+    """(...) -> (..., classes) bool; an index outside 0..classes-1 gives all False. F.one_hot checks its input's range,
+    which reads it back to the host every call."""
+    return index[..., None] == torch.arange(classes, device=index.device)
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: TransformerConfig, vocab_size: int, max_len: int):
         super().__init__()
@@ -146,11 +152,11 @@ class Transformer(nn.Module):
         B, T = tokens.shape
         previous = F.pad(tokens, (1, 0), value=-1)[:, :T]  # (B, T), -1 where there is no previous token
         if self.cfg.embedding == "onehot":
-            parts = [F.one_hot(tokens, self.d_vocab)]
+            parts = [one_hot(tokens, self.d_vocab)]
             if self.cfg.positional == "onehot_abs":
-                parts.append(F.one_hot(torch.arange(T, device=tokens.device), self.n_ctx).expand(B, T, self.n_ctx))
+                parts.append(one_hot(torch.arange(T, device=tokens.device), self.n_ctx).expand(B, T, self.n_ctx))
             if self.cfg.prev_token:
-                parts.append(F.one_hot(previous + 1, self.d_vocab + 1)[..., 1:])  # all-zero at t = 0
+                parts.append(one_hot(previous, self.d_vocab))  # all-zero at t = 0, where previous is -1
             x = torch.cat(parts, dim=-1).to(self.W_U.dtype)
         else:
             x = self.W_E[tokens]

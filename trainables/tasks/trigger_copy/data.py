@@ -60,14 +60,14 @@ def sample(cfg: TriggerCopyConfig, n: int, generator: torch.Generator, split: st
         l = lengths[draws.randint(0, len(lengths), n)]  # (1, n)
         u = 1 + (draws.uniform(n) * (2 * l - 2)).long()  # (1, n): Unif{1..2l-2}
         l1 = torch.where(u >= l, u + 1, u)  # skip l itself
-        batch = _fill(cfg.vocab_size, torch.tensor([cfg.n_triggers]), l1, 2 * l - l1, draws, int(2 * l.max()) + 3)
+        batch = _fill(cfg, torch.tensor([cfg.n_triggers]), l1, 2 * l - l1, draws, cfg.max_len - 1)
     elif split == "all_pairs":
         # Stratified rather than i.i.d.: pairs cycle in a shuffled order, so every pair gets n // P or n // P + 1
         # sequences and the per-(l1, l2) accuracy matrix has no empty cell once n >= P.
         pairs = valid_pairs(cfg.max_len)
         order = torch.randperm(len(pairs), generator=generator)
         l1, l2 = pairs[order[torch.arange(n) % len(pairs)]][None].unbind(2)  # (1, n) each
-        batch = _fill(cfg.vocab_size, torch.tensor([cfg.n_triggers]), l1, l2, draws, cfg.max_len - 1)
+        batch = _fill(cfg, torch.tensor([cfg.n_triggers]), l1, l2, draws, cfg.max_len - 1)
     else:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
     batch = batch.member(0)
@@ -85,24 +85,25 @@ def train_sampler(cfgs: list[TriggerCopyConfig], device) -> Callable[[int, Draws
         probs[p, list(q)] = torch.tensor(list(q.values()), dtype=torch.float64)
     cdf = probs.cumsum(1).to(device)  # (P, max l + 1)
     n_triggers = torch.tensor([cfg.n_triggers for cfg in cfgs], device=device)  # (P,)
-    vocab_size, width = cfgs[0].vocab_size, 2 * longest + 3
 
     def draw(n: int, draws: Draws) -> Batch:
         l = draws.categorical(cdf, n)  # (P, n): the index of a length is the length
-        return _fill(vocab_size, n_triggers, l, l, draws, width)
+        return _fill(cfgs[0], n_triggers, l, l, draws, 2 * longest + 3)
 
     return draw
 
 
-def _fill(vocab_size: int, n_triggers: torch.Tensor, l1: torch.Tensor, l2: torch.Tensor, draws: Draws,
+def _fill(cfg: TriggerCopyConfig, n_triggers: torch.Tensor, l1: torch.Tensor, l2: torch.Tensor, draws: Draws,
           width: int) -> Batch:
     """Draw fillers, triggers and outputs for given (l1, l2), each (P, n), and lay them out in `width` positions, all
-    at once: every tensor of the Batch is (P, n, width), or (P, n)."""
+    at once: every tensor of the Batch is (P, n, width), or (P, n). The fillers are drawn for the longest sequence
+    the config allows whatever `width` is, so a member's sequences do not depend on the members it is packed with."""
     P, n = l1.shape
     query = l1 + l2 + 2  # (P, n) index of the second trigger
-    tokens = draws.randint(n_triggers, vocab_size, n, width)  # (P, n, width) fillers: outputs and fillers share a range
+    fillers = draws.randint(n_triggers, cfg.vocab_size, n, cfg.max_len - 1)  # (P, n, L - 1): outputs' range too
+    tokens = fillers[..., :width]  # (P, n, width)
     trigger = draws.randint(0, n_triggers, n)[..., None]  # (P, n, 1)
-    output = draws.randint(n_triggers, vocab_size, n)[..., None]  # (P, n, 1)
+    output = draws.randint(n_triggers, cfg.vocab_size, n)[..., None]  # (P, n, 1)
 
     position = torch.arange(width, device=l1.device)  # (width,)
     first, second = position == l1[..., None], position == query[..., None]  # (P, n, width) each

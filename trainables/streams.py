@@ -87,6 +87,7 @@ class Streams(Draws):
         folded = [mix32(mix32(k & MASK32) ^ ((k >> 32) & MASK32)) for k in keys]
         self.keys = torch.tensor(folded, dtype=torch.int64, device=device)  # (P,)
         self.step = torch.tensor(step, dtype=torch.int64, device=device)  # advanced in place: no host value per step
+        self._salted: dict[tuple[int, int], torch.Tensor] = {}  # (draw, count) -> hashed element indices
         self._start_step()
 
     def _start_step(self) -> None:
@@ -103,9 +104,11 @@ class Streams(Draws):
         count = 1
         for size in shape:
             count *= size
-        salt = mix32(self._draw * 0x9E3779B9 & MASK32)  # draws of one step apart
-        index = mix32(torch.arange(count, device=self.keys.device) ^ salt)  # (count,), shared by the members
-        return mix32(index[None, :] ^ self._member_step[:, None]).reshape(self.members, *shape)
+        key = (self._draw, count)
+        if key not in self._salted:  # the same every step: hashed once, so a step pays one hash per draw
+            salt = mix32(self._draw * 0x9E3779B9 & MASK32)  # draws of one step apart
+            self._salted[key] = mix32(torch.arange(count, device=self.keys.device) ^ salt)  # (count,), all members'
+        return mix32(self._salted[key][None, :] ^ self._member_step[:, None]).reshape(self.members, *shape)
 
 
 class GeneratorDraws(Draws):

@@ -1,13 +1,19 @@
 """Mixed n-gram task (SPEC §6): the generator's invariants (the lazy rule where labelled lazy, the in-context target
 where labelled in-context, the Bernoulli share), the OOD periods, the component metrics and the transition step on
-hand-made curves."""
+hand-made curves. The population sampler (issue gpu-ready): a member's batches whatever it is packed with, per-member
+distributions, and the same operations, none read back, for any member count."""
+import dataclasses
 import math
 
 import pytest
 import torch
 
+from tests.conftest import CONFIGS
 from trainables import config
 from trainables.errors import ConfigError
+from trainables.op_count import OpCounter
+from trainables.population import pack_key
+from trainables.streams import GeneratorDraws, Streams
 from trainables.tasks import TASKS
 from trainables.tasks.mixed_ngram import data as mx
 from trainables.tasks.mixed_ngram import metrics
@@ -118,6 +124,91 @@ def test_the_induction_score_reads_the_token_after_the_previous_occurrence():
     assert metrics.induction_score(cache, batch) == 1.0 and metrics.previous_token_score(cache, batch) == 1.0
     swapped = {"blocks.0.attn.hook_pattern": ideal, "blocks.1.attn.hook_pattern": previous}
     assert metrics.induction_score(swapped, batch) < 0.2  # k >= 6 here: t - k + 1 is never t - 1
+
+
+# A population whose members differ in every member field: alpha, noise, rule table, training and OOD periods.
+MEMBERS = [dataclasses.replace(CFG, alpha=alpha, lazy_noise=noise, rule_seed=seed, period_low=low, period_high=high,
+                               ood_period_high=ood)
+           for alpha, noise, seed, low, high, ood in [(0.1, 0.0, 0, 2, 3, 12), (0.5, 0.2, 1, 3, 6, 7),
+                                                      (0.9, 0.5, 2, 5, 5, 10), (1.0, 0.1, 3, 2, 8, 9),
+                                                      (0.0, 0.3, 4, 4, 7, 11)]]
+KEYS = [11, 7, 2**40 + 3, 0, 5]
+
+
+def same_batches(a, b) -> bool:
+    fields = ("tokens", "targets", "loss_mask", "labels")
+    return (all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields)
+            and a.info.keys() == b.info.keys() and all(torch.equal(a.info[k], b.info[k]) for k in a.info))
+
+
+def test_the_members_of_a_pack_differ_in_distributions_only():
+    shapes = {f.name for f in dataclasses.fields(MixedNgramConfig)} - set(TASKS["mixed_ngram"].member_fields)
+    assert shapes == {"name", "n_lazy_tokens", "n_icl_tokens", "seq_len"}
+    load = lambda *overrides: pack_key(config.load(CONFIGS / "debug_mixed_ngram.yaml", list(overrides)))
+    assert load("task.alpha=0.1", "task.rule_seed=3", "task.period_high=3") == load("task.alpha=0.9", "seed=1")
+    assert load("task.seq_len=20") != load()
+
+
+def test_a_member_draws_the_same_batches_whatever_it_is_packed_with():
+    together, streams = mx.train_sampler(MEMBERS, "cpu"), Streams(KEYS)
+    alone = [(mx.train_sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(MEMBERS, KEYS)]
+    for _ in range(2):  # two steps: the streams advance alike
+        batch = together(64, streams)
+        assert batch.tokens.shape == (len(MEMBERS), 64, CFG.seq_len)
+        for p, (draw_one, stream) in enumerate(alone):
+            assert same_batches(batch.member(p), draw_one(64, stream).member(0))
+            stream.advance()
+        streams.advance()
+
+
+def test_the_id_set_is_drawn_by_the_training_sampler():
+    generator = torch.Generator().manual_seed(3)
+    trained = mx.train_sampler([CFG], "cpu")(50, GeneratorDraws(generator)).member(0)
+    assert same_batches(draw(CFG, 50, seed=3), trained)
+
+
+def test_each_member_draws_from_its_own_distribution():
+    batch = mx.train_sampler(MEMBERS, "cpu")(4000, Streams(KEYS))
+    for p, cfg in enumerate(MEMBERS):
+        mine = batch.member(p)
+        in_context, period = mine.info["in_context"] == 1, mine.info["period"]
+        assert in_context.double().mean().item() == pytest.approx(cfg.alpha, abs=0.025)
+        if in_context.any():
+            assert set(period[in_context].tolist()) == set(range(cfg.period_low, cfg.period_high + 1))
+        assert (period[~in_context] == 0).all()
+        lazy = mine.labels[~in_context][:, 2:]  # the targets of rule tokens or fresh ones
+        if lazy.numel():
+            assert (lazy == NOISE).double().mean().item() == pytest.approx(cfg.lazy_noise, abs=0.03)
+        z, table = sequences(mine), mx.rule_table(cfg)  # the member's own rule where labelled lazy
+        rows, t = (mine.labels == LAZY).nonzero(as_tuple=True)
+        assert torch.equal(mine.targets[rows, t], table[z[rows, t - 2], z[rows, t - 1], z[rows, t]])
+        assert set(mine.labels[in_context].unique().tolist()) <= {ICL_FIRST, ICL}
+        assert set(mine.labels[~in_context].unique().tolist()) <= {NOISE, LAZY}
+        assert torch.equal(mine.loss_mask, (mine.labels == LAZY) | (mine.labels == ICL))
+
+
+def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back():
+    counts = []
+    for members in (1, 8, 64):
+        cfgs = [MEMBERS[p % len(MEMBERS)] for p in range(members)]
+        draw_batch, streams = mx.train_sampler(cfgs, "cpu"), Streams(list(range(members)))
+        draw_batch(16, streams)
+        streams.advance()
+        with OpCounter() as counter:  # a training step's draw (the first also hashes the streams' element indices)
+            draw_batch(16, streams)
+        assert not counter.syncs and "aten._local_scalar_dense.default" not in counter.ops
+        counts.append(counter.ops)
+    assert counts[0] == counts[1] == counts[2]
+
+
+def test_a_draw_traces_as_one_graph():
+    """fullgraph=True fails on any graph break: a value read back, data-dependent control flow. The eager backend
+    compiles no kernels, and a short sequence keeps the unrolled chain small."""
+    cfgs = [dataclasses.replace(cfg, seq_len=8, n_icl_tokens=6, period_low=2, period_high=3, ood_period_high=4)
+            for cfg in MEMBERS[:3]]
+    sampler = mx.train_sampler(cfgs, "cpu")
+    traced = torch.compile(sampler, fullgraph=True, backend="eager")(8, Streams(KEYS[:3]))
+    assert same_batches(traced, sampler(8, Streams(KEYS[:3])))
 
 
 STEPS = list(range(100, 2100, 100))  # 20 evaluations

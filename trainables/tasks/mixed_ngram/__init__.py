@@ -13,7 +13,7 @@ from trainables.cache import patterns
 from trainables.errors import require
 from trainables.tasks import Batch, Panel, PanelSection, Task
 from trainables.tasks.mixed_ngram import metrics
-from trainables.tasks.mixed_ngram.data import CONTEXT, NGRAM, MixedNgramConfig, rule_table, sample
+from trainables.tasks.mixed_ngram.data import CONTEXT, NGRAM, MixedNgramConfig, rule_table, sample, train_sampler
 
 _BY_ALPHA = "data/alpha"  # W&B runs are grouped by the in-context share: few distinct values, the knob itself
 
@@ -29,6 +29,9 @@ class MixedNgram(Task):
     small_is_diverse = True
     diversity_axis = "data/alpha"
     diversity_label = "alpha (in-context share)"
+    # All but the shapes (n_lazy_tokens, n_icl_tokens, seq_len): a pack may mix alphas, noise levels, rule tables and
+    # periods (the sampler holds them per member); ood_period_high is the evaluation's alone.
+    member_fields = ("alpha", "lazy_noise", "rule_seed", "period_low", "period_high", "ood_period_high")
     headline = ("icl/transition_step", "icl/plateau_steps", "ood/icl_acc", "icl/acc", "lazy/acc", "data/alpha")
     table_columns = headline + ("lazy/fit_step", "icl/loss", "lazy/loss", "mech/induction_score", "mech/prev_token")
     curve_metrics = ("lazy/loss", "icl/loss", "ood/icl_loss", "mech/induction_score")
@@ -82,6 +85,9 @@ class MixedNgram(Task):
 
     def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
         return sample(cfg, n, generator, split, pad_to)
+
+    def batch_sampler(self, cfgs, device):
+        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: MixedNgramConfig) -> dict[str, str]:
         return {"id": "train", "ood": "ood"}

@@ -26,14 +26,17 @@ scored: they are the two components whose losses the task reports; the others ca
 OOD (`ood` split): in-context sequences only, with prefix lengths k in period_high+1..ood_period_high, never seen in
 training. A model that copies through an induction head handles any k; one that memorised the training periods
 (e.g. heads that attend at fixed lags) does not.
-Everything is drawn in a fixed order from one explicit torch.Generator, so a batch is a function of the seed.
+Everything is drawn in a fixed order from one random source (trainables/streams.py: a member's own stream in
+training, a torch.Generator in sample()), so a batch is a function of the seed.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from trainables.streams import Draws, GeneratorDraws
 from trainables.tasks import PAD_LABEL, Batch
 
 NGRAM = 4  # the lazy rule's order: the next token is a function of the previous NGRAM - 1 tokens
@@ -85,50 +88,92 @@ def periods(cfg: MixedNgramConfig, split: str) -> tuple[int, int]:
     raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
 
 
-def lazy_sequences(cfg: MixedNgramConfig, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n, T + 1) tokens of A and (n, T) labels of the targets: after CONTEXT free tokens, each token is f of the
-    previous three (LAZY), or with probability lazy_noise a fresh uniform token (NOISE) that keeps the sequence from
-    falling into a cycle."""
-    T, A = cfg.seq_len, cfg.n_lazy_tokens
-    tokens = torch.randint(A, (n, T + 1), generator=generator)  # (n, T + 1) free tokens, kept where noise
-    noise = torch.rand(n, T + 1, generator=generator) < cfg.lazy_noise  # (n, T + 1)
-    noise[:, :CONTEXT] = True  # the first tokens have no context
-    table = rule_table(cfg)
-    for t in range(CONTEXT, T + 1):  # sequential: each rule token may be in the next one's context
-        ruled = table[tokens[:, t - 3], tokens[:, t - 2], tokens[:, t - 1]]  # (n,): f of the previous CONTEXT tokens
-        tokens[:, t] = torch.where(noise[:, t], tokens[:, t], ruled)
-    labels = torch.where(noise[:, 1:], NOISE, LAZY)  # (n, T): position t predicts z_{t+1}
-    return tokens, labels
-
-
-def icl_sequences(cfg: MixedNgramConfig, n: int, generator: torch.Generator,
-                  split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(n, T + 1) tokens (a prefix of k distinct tokens of B, repeated), (n, T) labels and the (n,) periods k."""
-    T, low_high = cfg.seq_len, periods(cfg, split)
-    k = torch.randint(low_high[0], low_high[1] + 1, (n,), generator=generator)  # (n,)
-    prefix = torch.rand(n, cfg.n_icl_tokens, generator=generator).argsort(1)  # (n, |B|): a random order of B
-    position = torch.arange(T + 1)  # (T + 1,)
-    tokens = cfg.n_lazy_tokens + prefix.gather(1, position % k[:, None])  # (n, T + 1): z_t = prefix[t mod k]
-    # Position t's token occurred before iff t >= k (the prefix is distinct); then z_{t+1} = z_{t+1-k}, the token
-    # after its most recent earlier occurrence (t - k).
-    labels = torch.where(position[None, :T] >= k[:, None], ICL, ICL_FIRST)  # (n, T)
-    return tokens, labels, k
-
-
 def sample(cfg: MixedNgramConfig, n: int, generator: torch.Generator, split: str = "train",
            pad_to: int | None = None) -> Batch:
-    """n sequences of `split`: the alpha mixture (train) or in-context sequences with unseen periods (ood).
-
-    Both kinds are drawn for every sequence (in a fixed order) and the Bernoulli picks one, so a batch is a function
-    of the generator alone. Right-padded to `pad_to` positions when given."""
-    alpha = cfg.alpha if split == "train" else 1.0  # OOD probes the in-context rule only
-    in_context = torch.rand(n, generator=generator) < alpha  # (n,) the per-sequence Bernoulli
-    lazy_tokens, lazy_labels = lazy_sequences(cfg, n, generator)
-    icl_tokens, icl_labels, k = icl_sequences(cfg, n, generator, split)
-    sequences = torch.where(in_context[:, None], icl_tokens, lazy_tokens)  # (n, T + 1)
-    labels = torch.where(in_context[:, None], icl_labels, lazy_labels)  # (n, T)
-    tokens, targets = sequences[:, :-1], sequences[:, 1:]  # (n, T) each: position t predicts z_{t+1}
-    loss_mask = torch.isin(labels, torch.tensor(SCORED))
-    batch = Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, labels=labels,
-                  info={"in_context": in_context.long(), "period": torch.where(in_context, k, 0)})
+    """n sequences of `split`: the alpha mixture (train) or in-context sequences with unseen periods (ood), drawn by
+    the population sampler's code with one member, so the `id` evaluation set is drawn exactly as training batches.
+    Right-padded to `pad_to` positions when given."""
+    batch = _sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
     return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
+
+
+def train_sampler(cfgs: list[MixedNgramConfig], device) -> Callable[[int, Draws], Batch]:
+    """Training batches of P members at once (Task.batch_sampler): each member its own alpha, lazy_noise, rule table
+    and training periods; n_lazy_tokens, n_icl_tokens and seq_len (the shapes) are the pack's."""
+    return _sampler(cfgs, device, "train")
+
+
+def _sampler(cfgs: list[MixedNgramConfig], device, split: str) -> Callable[[int, Draws], Batch]:
+    """draw(n, draws) -> a Batch of (P, n, T) tensors of `split`. The members' settings become (P, ...) tensors on
+    `device` here, once, so a draw reads no config and copies nothing to the device."""
+    per_member = lambda values, dtype: torch.tensor(values, dtype=dtype, device=device)  # (P,)
+    bounds = [periods(cfg, split) for cfg in cfgs]
+    alpha = per_member([cfg.alpha if split == "train" else 1.0 for cfg in cfgs], torch.float64)  # OOD: in-context
+    noise = per_member([cfg.lazy_noise for cfg in cfgs], torch.float64)
+    low = per_member([lowest for lowest, _ in bounds], torch.int64)
+    high = per_member([highest + 1 for _, highest in bounds], torch.int64)  # exclusive: k in [low, high)
+    pack = cfgs[0]  # n_lazy_tokens, n_icl_tokens and seq_len: equal in a pack
+    tables = torch.stack([rule_table(cfg).flatten() for cfg in cfgs]).to(device)  # (P, |A|^3)
+    moves = _moves(tables, pack.n_lazy_tokens)  # (P, |A|^3 (|A| + 1))
+
+    def draw(n: int, draws: Draws) -> Batch:
+        # Both kinds are drawn for every sequence (in a fixed order) and the Bernoulli picks one: the draws' shapes
+        # and order do not depend on the outcome, so a batch is a function of the random source alone.
+        in_context = draws.uniform(n) < alpha[:, None]  # (P, n): Bernoulli(alpha); u in (0, 1), so 0 and 1 exact
+        lazy_tokens, lazy_labels = _lazy(pack, moves, noise, n, draws)
+        icl_tokens, icl_labels, k = _in_context(pack, low, high, n, draws)
+        sequences = torch.where(in_context[..., None], icl_tokens, lazy_tokens)  # (P, n, T + 1)
+        labels = torch.where(in_context[..., None], icl_labels, lazy_labels)  # (P, n, T)
+        loss_mask = (labels == LAZY) | (labels == ICL)  # the SCORED labels, with no tensor built per call
+        return Batch(tokens=sequences[..., :-1], targets=sequences[..., 1:], loss_mask=loss_mask, labels=labels,
+                     info={"in_context": in_context.long(), "period": torch.where(in_context, k, 0)})
+
+    return draw
+
+
+def _moves(tables: torch.Tensor, A: int) -> torch.Tensor:
+    """(P, |A|^3 (|A| + 1)) the lazy chain's transitions, so that a time step is one add and one gather. A state is
+    the last three tokens (a, b, c) as s = a |A|^2 + b |A| + c; an input x in 0..|A| is a fresh token x < |A|, or |A|
+    for the rule's token f(a, b, c) = tables[p, s]. Entry s (|A| + 1) + x is the next state, (b, c, token), times
+    |A| + 1: states are kept scaled, so the next entry's index is the state plus the next input."""
+    P, states = tables.shape  # (P, |A|^3)
+    fresh = torch.arange(A, device=tables.device).expand(P, states, A)  # (P, |A|^3, |A|): input x < |A| is x
+    token = torch.cat([fresh, tables[..., None]], -1)  # (P, |A|^3, |A| + 1): the token each input appends
+    kept = torch.arange(states, device=tables.device) % A**2  # (|A|^3,): (b, c) of each state
+    return ((kept[:, None] * A + token) * (A + 1)).flatten(1)
+
+
+def _lazy(cfg: MixedNgramConfig, moves: torch.Tensor, noise: torch.Tensor, n: int,
+          draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P, n, T + 1) tokens of A and (P, n, T) labels of the targets: after CONTEXT free tokens, each token is f of
+    the previous three under the member's table (LAZY), or with probability lazy_noise a fresh uniform token (NOISE)
+    that keeps the sequence from falling into a cycle. moves: the members' transitions (_moves)."""
+    T, A = cfg.seq_len, cfg.n_lazy_tokens
+    free = draws.randint(0, A, n, T + 1)  # (P, n, T + 1) free tokens, kept where noise
+    position = torch.arange(T + 1, device=moves.device)  # (T + 1,)
+    fresh = (draws.uniform(n, T + 1) < noise[:, None, None]) | (position < CONTEXT)  # (P, n, T + 1): no context
+    inputs = torch.where(fresh, free, A)  # (P, n, T + 1): the chain's inputs (_moves)
+    first = free[..., :CONTEXT]  # (P, n, CONTEXT)
+    state = ((first[..., 0] * A + first[..., 1]) * A + first[..., 2]) * (A + 1)  # (P, n), scaled
+    states = []
+    for x in inputs[..., CONTEXT:].unbind(-1):  # sequential: each rule token may be in the next one's context
+        state = moves.gather(1, state + x)  # (P, n)
+        states.append(state)
+    ruled = torch.stack(states, -1) // (A + 1) % A  # (P, n, T + 1 - CONTEXT): the last token of each state
+    labels = torch.where(fresh[..., 1:], NOISE, LAZY)  # (P, n, T): position t predicts z_{t+1}
+    return torch.cat([first, ruled], -1), labels
+
+
+def _in_context(cfg: MixedNgramConfig, low: torch.Tensor, high: torch.Tensor, n: int,
+                draws: Draws) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(P, n, T + 1) tokens (a prefix of k distinct tokens of B, repeated), (P, n, T) labels and the (P, n) periods
+    k ~ Unif{low..high - 1}, per member."""
+    T = cfg.seq_len
+    k = draws.randint(low, high, n)  # (P, n)
+    prefix = draws.uniform(n, cfg.n_icl_tokens).argsort(dim=-1, stable=True)  # (P, n, |B|): a random order of B
+    position = torch.arange(T + 1, device=k.device)  # (T + 1,)
+    tokens = cfg.n_lazy_tokens + prefix.gather(2, position % k[..., None])  # (P, n, T + 1): z_t = prefix[t mod k]
+    # Position t's token occurred before iff t >= k (the prefix is distinct); then z_{t+1} = z_{t+1-k}, the token
+    # after its most recent earlier occurrence (t - k).
+    labels = torch.where(position[:T] >= k[..., None], ICL, ICL_FIRST)  # (P, n, T)
+    return tokens, labels, k

@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import CONFIGS, assert_same_metrics
 from trainables import config, train as train_module
-from trainables.population import pack_key
+from trainables.population import Stack, pack_key
 from trainables.train import train, train_members
 
 TINY = ["optim.max_steps=20", "eval.every=10", "eval.n_id=64", "eval.n_ood=64", "eval.n_examples=1",
@@ -128,6 +128,28 @@ def test_a_member_that_diverges_is_marked_and_touches_no_other(monkeypatch):
     assert packed[1].metrics["diverged_because"] == "train/loss = nan at step 0"  # inf weights: inf - inf
     assert packed[1].metrics["ood/success"] == 0.0
     monkeypatch.setattr(train_module, "init_state", real_init)
+    for index in (0, 2):
+        assert_same_metrics(packed[index].metrics, run_alone(cfgs[index])[0].metrics)
+
+
+def test_a_loss_that_turns_non_finite_between_evaluations_is_found_at_the_next_one(monkeypatch):
+    """Nothing is read back between evaluations: member 1's loss turns nan at step 13, and the evaluation at step 20
+    finds it diverged at step 13 with the result of its last finite evaluation (step 10)."""
+    cfgs = configs()
+    real_forward = Stack._forward
+
+    def nan_from_step_13(self, batch):
+        losses, hits, counts = real_forward(self, batch)  # (M,) each
+        poisoned = (self.clock >= 13) & (torch.arange(len(losses)) == 1)
+        return torch.where(poisoned, torch.nan, losses), hits, counts
+
+    monkeypatch.setattr(Stack, "_forward", nan_from_step_13)
+    packed, states = run_packed(cfgs)
+    assert packed[1].metrics["status"] == "diverged" and packed[1].metrics["steps"] == 10
+    assert packed[1].metrics["diverged_because"] == "train/loss = nan at step 13"
+    assert (1, 20) not in states and (1, 10) in states  # no checkpoint after it diverged
+    assert packed[1].metrics["id/acc"] == pytest.approx(states[(1, 10)]["metrics"]["id/acc"])
+    monkeypatch.setattr(Stack, "_forward", real_forward)
     for index in (0, 2):
         assert_same_metrics(packed[index].metrics, run_alone(cfgs[index])[0].metrics)
 

@@ -67,8 +67,9 @@ class Draws:
     def categorical(self, cdf: torch.Tensor, *shape: int) -> torch.Tensor:
         """(P, *shape) indices drawn from per-member distributions given by their CDFs: cdf (P, K), non-decreasing,
         each row ending at its total (need not be 1). Inverse CDF: index k where cdf[k-1] <= u * total < cdf[k]."""
+        cdf = cdf.double()  # u * total < total holds in float64 (u <= 1 - 2^-33), not after rounding to float32
         u = self.uniform(*shape).reshape(self.members, -1) * cdf[:, -1:]  # (P, prod(shape))
-        index = torch.searchsorted(cdf, u.to(cdf.dtype), right=True)  # (P, prod(shape))
+        index = torch.searchsorted(cdf, u, right=True)  # (P, prod(shape))
         return index.clamp(max=cdf.shape[1] - 1).reshape(self.members, *shape)  # rounding at the top end
 
 

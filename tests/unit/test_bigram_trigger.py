@@ -1,5 +1,9 @@
 """Bigram task with triggers (SPEC §4): the bigram estimated from a text, the corpus, the generator's labels and
-splits, the metrics on hand-built inputs, validation, and the threshold search over its diversity knob."""
+splits, the metrics on hand-built inputs, validation, and the threshold search over its diversity knob. The population
+sampler (issue gpu-ready): a member's batches whatever it is packed with, each member's own output pool, sampled
+triggers distributed as draws without replacement, and the same operations, none read back, for any member count."""
+import dataclasses
+import itertools
 import math
 
 import pytest
@@ -12,6 +16,9 @@ from tests.conftest import CONFIGS
 from tests.unit.conftest import fake_executor
 from trainables import config
 from trainables.errors import ConfigError
+from trainables.op_count import OpCounter
+from trainables.population import pack_key
+from trainables.streams import GeneratorDraws, Streams
 from trainables.tasks import Batch
 from trainables.tasks.bigram_trigger import TASK, corpus, metrics
 from trainables.tasks.bigram_trigger import bigram as bg
@@ -25,6 +32,10 @@ TEXT = BigramTriggerConfig(seq_len=64, test_len=96, n_triggers=4, n_train_output
 
 def draw(cfg, n, split="train", seed=0):
     return data.sample(cfg, n, torch.Generator().manual_seed(seed), split)
+
+
+def draws(seed=0) -> GeneratorDraws:
+    return GeneratorDraws(torch.Generator().manual_seed(seed))
 
 
 # --- the bigram and the corpus ----------------------------------------------------------------------------------------
@@ -78,7 +89,8 @@ def test_labels_count_each_triggers_occurrences_and_recalled_targets_are_its_out
     bigram = bg.synthetic_bigram(12, 0.5, 0)
     triggers = torch.tensor([[0, 1, 2], [3, 4, 5]])
     outputs = torch.tensor([[7, 8, 0], [9, 3, 10]])  # outputs may be other triggers (0, 3), as in Bietti's code
-    z, labels = data.draw_chain(bigram, triggers, outputs, 200, torch.Generator().manual_seed(0))
+    z, labels = data.draw_chain(data.Tables.of(bigram, "cpu"), triggers[None], outputs[None], 200, draws())
+    z, labels = z[0], labels[0]  # member 0's (2, 201) and (2, 200)
     for b in range(2):
         output_of = dict(zip(triggers[b].tolist(), outputs[b].tolist()))
         seen = dict.fromkeys(output_of, 0)
@@ -120,9 +132,10 @@ def test_every_split_is_next_token_prediction_with_its_lengths_and_masks(cfg):
 
 def test_fixed_triggers_are_the_most_frequent_and_sampled_ones_are_distinct():
     bigram = bg.text_bigram()
-    fixed = data.draw_triggers(bigram, 5, "fixed", 3, torch.Generator().manual_seed(0))
+    tables = data.Tables.of(bigram, "cpu")
+    fixed = data.draw_triggers(tables, 5, "fixed", 3, draws())[0]  # member 0's (3, 5)
     assert [bigram.alphabet[i] for i in fixed[0]] == [" ", "e", "t", "h", "a"] and torch.equal(fixed[0], fixed[2])
-    sampled = data.draw_triggers(bigram, 5, "sampled", 200, torch.Generator().manual_seed(0))
+    sampled = data.draw_triggers(tables, 5, "sampled", 200, draws())[0]
     assert all(len(set(row.tolist())) == 5 for row in sampled) and len({tuple(r.tolist()) for r in sampled}) > 100
 
 
@@ -137,7 +150,8 @@ def test_ood_outputs_come_only_from_held_out_tokens_and_pools_nest():
         recalled = batch.targets[batch.labels >= 1]  # every output that followed a trigger
         assert len(recalled) > 100 and pool[recalled].all()
     triggers = torch.tensor([[0, 1, 2, 3]]).expand(500, 4)
-    outputs = data.draw_outputs(bg.of(cfg), triggers, held_out, "bigram", torch.Generator().manual_seed(0))
+    outputs = data.draw_outputs(data.Tables.of(bg.of(cfg), "cpu"), triggers[None], held_out[None], "bigram",
+                                draws())[0]
     assert held_out[outputs].all() and (outputs != triggers).all()  # never its own trigger
 
 
@@ -149,6 +163,96 @@ def test_late_pairs_have_no_trigger_in_the_first_quarter():
     assert not torch.isin(batch.tokens[:, :quarter], triggers).any()
     assert (batch.labels[:, :quarter] == 0).all() and (batch.labels[:, quarter:] >= 2).any(1).all()
     assert torch.isin(batch.tokens[:, quarter:], triggers).any()  # they are back afterwards
+
+
+# --- the population sampler (issue gpu-ready) ------------------------------------------------------------------------
+
+MEMBERS = [dataclasses.replace(SMALL, n_train_outputs=k) for k in (7, 2, 9, 4)]  # the knob differs within a pack
+KEYS = [11, 5, 2**40 + 3, 7]
+PACKED = {"sampled-uniform": {}, "fixed-bigram-recall": {"triggers": "fixed", "outputs": "bigram", "loss_on": "recall"}}
+
+
+def same_batches(a: Batch, b: Batch) -> bool:
+    fields = ("tokens", "targets", "loss_mask", "labels")
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields) and a.query is b.query is None
+
+
+def test_the_members_of_a_pack_differ_in_their_output_pools_only():
+    shared = {f.name for f in dataclasses.fields(BigramTriggerConfig)} - set(TASK.member_fields)
+    assert {"bigram", "seq_len", "test_len", "n_triggers", "triggers", "outputs", "loss_on"} <= shared
+    load = lambda *overrides: pack_key(config.load(CONFIGS / "debug_bigram_trigger.yaml", list(overrides)))
+    assert load("task.n_train_outputs=10", "task.n_readout=8") == load("task.n_train_outputs=40", "seed=1")
+    assert load("task.seq_len=40") != load() and load("task.triggers=sampled") != load()
+
+
+@pytest.mark.parametrize("settings", PACKED.values(), ids=PACKED.keys())
+def test_a_member_draws_the_same_batches_whatever_it_is_packed_with(settings):
+    members = [dataclasses.replace(cfg, **settings) for cfg in MEMBERS]
+    together, streams = data.train_sampler(members, "cpu"), Streams(KEYS)
+    alone = [(data.train_sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(members, KEYS)]
+    for _ in range(2):  # two steps: the streams advance alike
+        batch = together(16, streams)
+        assert batch.tokens.shape == (len(members), 16, SMALL.seq_len)
+        for p, (draw_one, stream) in enumerate(alone):
+            assert same_batches(batch.member(p), draw_one(16, stream).member(0))
+            stream.advance()
+        streams.advance()
+
+
+def test_the_id_set_is_drawn_by_the_training_sampler():
+    trained = data.train_sampler([SMALL], "cpu")(50, draws(3)).member(0)
+    assert same_batches(draw(SMALL, 50, seed=3), trained)
+
+
+@pytest.mark.parametrize("outputs", data.OUTPUTS)
+def test_each_member_copies_outputs_from_its_own_pool_and_never_its_trigger(outputs):
+    members = [dataclasses.replace(cfg, outputs=outputs) for cfg in MEMBERS]
+    batch = data.train_sampler(members, "cpu")(64, Streams(KEYS))
+    for p, cfg in enumerate(members):
+        mine, pool = batch.member(p), data.output_pool(cfg, "train")
+        recalled = mine.labels >= 1  # the targets that followed a trigger
+        assert recalled.sum() > 100 and pool[mine.targets[recalled]].all()
+        assert (mine.targets[recalled] != mine.tokens[recalled]).all()  # an output is never its own trigger
+        assert len(mine.targets[recalled].unique()) == cfg.n_train_outputs  # and every token of the pool is used
+
+
+def test_sampled_triggers_are_distributed_as_draws_without_replacement():
+    """Gumbel-top-k against the exact inclusion probabilities of two successive draws without replacement from pi_u
+    (P(i drawn) = p_i + sum_{j != i} p_j p_i / (1 - p_j)), and the first trigger against pi_u itself."""
+    bigram = bg.synthetic(6, 1.0, seed=2)
+    p = bigram.pi_u
+    exact = torch.zeros(6, dtype=torch.float64)
+    for i, j in itertools.permutations(range(6), 2):
+        exact[[i, j]] += p[i] * p[j] / (1 - p[i])
+    triggers = data.draw_triggers(data.Tables.of(bigram, "cpu"), 2, "sampled", 40_000, draws())[0]  # (n, 2)
+    assert (triggers[:, 0] != triggers[:, 1]).all()
+    included = torch.bincount(triggers.flatten(), minlength=6).double() / len(triggers)
+    first = torch.bincount(triggers[:, 0], minlength=6).double() / len(triggers)
+    assert (included - exact).abs().max() < 0.01 and (first - p).abs().max() < 0.01
+
+
+def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back():
+    counts = []
+    for members in (1, 8, 64):
+        cfgs = [MEMBERS[p % len(MEMBERS)] for p in range(members)]
+        draw_batch, streams = data.train_sampler(cfgs, "cpu"), Streams(list(range(members)))
+        draw_batch(16, streams)
+        streams.advance()
+        with OpCounter() as counter:  # a training step's draw (the first also hashes the streams' element indices)
+            draw_batch(16, streams)
+        assert not counter.syncs and "aten._local_scalar_dense.default" not in counter.ops
+        counts.append(counter.ops)
+    assert counts[0] == counts[1] == counts[2]
+    assert counts[0]["aten.searchsorted.Tensor"] <= SMALL.seq_len + 3  # one per time step of the chain
+
+
+def test_a_draw_traces_as_one_graph():
+    """fullgraph=True fails on any graph break: a value read back, data-dependent control flow. The eager backend
+    compiles no kernels, and a short sequence keeps the unrolled chain small."""
+    cfgs = [dataclasses.replace(cfg, seq_len=8) for cfg in MEMBERS[:3]]
+    sampler = data.train_sampler(cfgs, "cpu")
+    traced = torch.compile(sampler, fullgraph=True, backend="eager")(8, Streams(KEYS[:3]))
+    assert same_batches(traced, sampler(8, Streams(KEYS[:3])))
 
 
 # --- metrics on hand-built inputs -------------------------------------------------------------------------------

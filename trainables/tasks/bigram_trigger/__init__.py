@@ -23,7 +23,7 @@ from trainables.tasks import Batch, Panel, PanelSection, Task
 from trainables.tasks.bigram_trigger import metrics
 from trainables.tasks.bigram_trigger.bigram import entropy_floor, of
 from trainables.tasks.bigram_trigger.data import (BIGRAMS, LOSS_ON, OUTPUTS, RECALL, TRIGGERS, BigramTriggerConfig,
-                                                  sample)
+                                                  sample, train_sampler)
 
 BIGRAM_LEARNED = 0.25  # nats of bigram/excess (2.4 at initialisation) at or under which the bigram counts as learned
 HEAD_LEARNED = 0.5  # head/acc at or over which the induction head counts as formed (it rises abruptly)
@@ -39,6 +39,9 @@ class BigramTrigger(Task):
     figures_module = "trainables.tasks.bigram_trigger.figures"
     success_metric = "ood/head_acc"
     knobs = ("task.n_train_outputs",)
+    # The knob's output pool is a per-member (P, V) mask, n_readout is readout-only; every other field sets the bigram,
+    # the shapes or which code a draw runs, so a pack shares it.
+    member_fields = ("n_train_outputs", "n_readout")
     diversity_axis = "data/n_train_outputs"
     diversity_label = "training outputs (large = diverse)"
     small_is_diverse = False
@@ -104,6 +107,9 @@ class BigramTrigger(Task):
 
     def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
         return sample(cfg, n, generator, split, pad_to)
+
+    def batch_sampler(self, cfgs, device):
+        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: BigramTriggerConfig) -> dict[str, str]:
         return {"id": "train", "ood": "heldout", "late": "late_pairs", "lengthgen": "long"}

@@ -15,14 +15,18 @@ followed by itself would lock the chain on one token for good. Outputs may be ot
 
 Splits: train (training and the `id` set), heldout (OOD outputs), late_pairs (Wang & Sato's probe: no trigger, hence
 no trigger-output pair, in the first quarter; scored where label >= 2), long (length `test_len`, scored where label
->= 2). Every draw comes from one explicit torch.Generator in a fixed order, so a batch is a function of the seed.
+>= 2). Everything is drawn in a fixed order from one random source (trainables/streams.py: a member's own stream in
+training, a torch.Generator in sample()), so a batch is a function of the seed. A population's training batches are
+drawn at once (train_sampler): each member its own output pool, every other setting the pack's.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from trainables.streams import Draws, GeneratorDraws
 from trainables.tasks import Batch
 from trainables.tasks.bigram_trigger.bigram import Bigram, of
 
@@ -71,79 +75,139 @@ def output_pool(cfg: BigramTriggerConfig, split: str) -> torch.Tensor:
 
 def sample(cfg: BigramTriggerConfig, n: int, generator: torch.Generator, split: str = "train",
            pad_to: int | None = None) -> Batch:
-    """n sequences of `split` with per-position labels; right-padded to `pad_to` positions when given."""
+    """n sequences of `split` with per-position labels, drawn by the population sampler's code with one member (so the
+    `id` evaluation set is drawn exactly as training batches); right-padded to `pad_to` positions when given."""
     if split not in SPLITS:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
-    bigram = of(cfg)
-    length = cfg.test_len if split == "long" else cfg.seq_len
-    triggers = draw_triggers(bigram, cfg.n_triggers, cfg.triggers, n, generator)  # (B, K)
-    outputs = draw_outputs(bigram, triggers, output_pool(cfg, split), cfg.outputs, generator)  # (B, K)
-    pair_free = length // PAIR_FREE_SHARE if split == "late_pairs" else 0
-    z, labels = draw_chain(bigram, triggers, outputs, length, generator, pair_free)
-    tokens, targets = z[:, :-1], z[:, 1:]  # (B, T) each
-    recall_only = split in ("late_pairs", "long") or cfg.loss_on == "recall"
-    loss_mask = labels >= RECALL if recall_only else torch.ones_like(labels, dtype=torch.bool)
-    batch = Batch(tokens=tokens, targets=targets, loss_mask=loss_mask, labels=labels)
+    batch = _sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
     return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
 
 
-def draw_triggers(bigram: Bigram, k: int, how: str, n: int, generator: torch.Generator) -> torch.Tensor:
-    """(n, K) trigger tokens: the K most frequent under pi_u (fixed), or K distinct draws from pi_u per sequence."""
+def train_sampler(cfgs: list[BigramTriggerConfig], device) -> Callable[[int, Draws], Batch]:
+    """Training batches of P members at once (Task.batch_sampler): each member its own output pool (n_train_outputs);
+    the bigram, the lengths and the trigger, output and loss settings are the pack's."""
+    return _sampler(cfgs, device, "train")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """A bigram's tensors as a draw reads them, on the members' device: derived once per sampler, not per draw."""
+
+    pi_u: torch.Tensor  # (V,)
+    pi_b: torch.Tensor  # (V, V)
+    log_pi_u: torch.Tensor  # (V,): the Gumbel-top-k scores of sampled triggers
+    cdf_u: torch.Tensor  # (V,) cumulative pi_u, the last entry exactly 1
+    frequent: torch.Tensor  # (V,) Bigram.by_frequency
+    # The chain's transitions as one non-decreasing (2V V,) table: row r's CDF plus r, rows 0..V-1 the bigram's (where
+    # a non-trigger leads) and row V + o a point mass on o (where a trigger whose output is o leads). The next token is
+    # then one searchsorted of r + u over the whole table, whatever the row: a time step is four operations. r + u is
+    # exact (u has 33 significant bits); r + cdf rounds within 2^-46, so a probability moves by at most that.
+    chain_cdf: torch.Tensor  # (2V V,)
+    token_of: torch.Tensor  # (2V V,): the token of each entry (its column)
+
+    @classmethod
+    def of(cls, bigram: Bigram, device) -> "Tables":
+        V = bigram.vocab_size
+        cdf_u = bigram.pi_u.cumsum(0)
+        vocab = torch.arange(V)
+        point = (vocab >= vocab[:, None]).double()  # (V, V): row o's CDF steps from 0 to 1 at o
+        chain_cdf = (torch.cat([bigram.cdf, point]) + torch.arange(2 * V)[:, None]).flatten()
+        return cls(*(t.to(device) for t in (bigram.pi_u, bigram.pi_b, bigram.pi_u.log(), cdf_u / cdf_u[-1],
+                                            bigram.by_frequency(), chain_cdf, vocab.repeat(2 * V))))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.pi_u)
+
+
+def _sampler(cfgs: list[BigramTriggerConfig], device, split: str) -> Callable[[int, Draws], Batch]:
+    """draw(n, draws) -> a Batch of (P, n, T) tensors of `split`. The members' pools become one (P, V) tensor on
+    `device` here, once, so a draw reads no config and copies nothing to the device."""
+    pack = cfgs[0]  # every field but the member_fields: equal in a pack
+    tables = Tables.of(of(pack), device)
+    pools = torch.stack([output_pool(cfg, split) for cfg in cfgs]).to(device)  # (P, V)
+    length = pack.test_len if split == "long" else pack.seq_len
+    pair_free = length // PAIR_FREE_SHARE if split == "late_pairs" else 0
+    recall_only = split in ("late_pairs", "long") or pack.loss_on == "recall"
+
+    def draw(n: int, draws: Draws) -> Batch:
+        triggers = draw_triggers(tables, pack.n_triggers, pack.triggers, n, draws)  # (P, n, K)
+        outputs = draw_outputs(tables, triggers, pools, pack.outputs, draws)  # (P, n, K)
+        z, labels = draw_chain(tables, triggers, outputs, length, draws, pair_free)  # (P, n, T + 1), (P, n, T)
+        loss_mask = labels >= RECALL if recall_only else torch.ones_like(labels, dtype=torch.bool)
+        return Batch(tokens=z[..., :-1], targets=z[..., 1:], loss_mask=loss_mask, labels=labels)
+
+    return draw
+
+
+def draw_triggers(tables: Tables, k: int, how: str, n: int, draws: Draws) -> torch.Tensor:
+    """(P, n, K) trigger tokens: the K most frequent under pi_u (fixed), or K distinct draws from pi_u per sequence.
+
+    Sampled: Gumbel-top-k, the K largest of log pi_u + Gumbel noise, which is distributed as K successive draws
+    without replacement (torch.multinomial's), in static shapes and with no host sync."""
     if how == "fixed":
-        return bigram.by_frequency()[:k].expand(n, k).clone()
-    return torch.multinomial(bigram.pi_u.expand(n, -1), k, replacement=False, generator=generator)
+        return tables.frequent[:k].expand(draws.members, n, k)
+    gumbel = -torch.log(-torch.log(draws.uniform(n, tables.vocab_size)))  # (P, n, V)
+    return (tables.log_pi_u + gumbel).topk(k, dim=-1).indices
 
 
-def draw_outputs(bigram: Bigram, triggers: torch.Tensor, pool: torch.Tensor, how: str,
-                 generator: torch.Generator) -> torch.Tensor:
-    """(B, K) one output per trigger from `pool` (V,) bool, never the trigger itself: uniform, or pi_b(. | trigger)
-    restricted to the pool (uniform over it where that row puts no mass on the pool)."""
-    B, K = triggers.shape
-    V = len(pool)
-    allowed = pool.expand(B, K, V).clone()
-    allowed.scatter_(2, triggers[..., None], False)  # (B, K, V): never the trigger itself
-    weights = allowed.double() if how == "uniform" else bigram.pi_b[triggers] * allowed
-    weights = torch.where(weights.sum(-1, keepdim=True) > 0, weights, allowed.double())
-    return torch.multinomial(weights.reshape(B * K, V), 1, generator=generator).reshape(B, K)
+def draw_outputs(tables: Tables, triggers: torch.Tensor, pools: torch.Tensor, how: str,
+                 draws: Draws) -> torch.Tensor:
+    """(P, n, K) one output per trigger from its member's pool (pools (P, V) bool), never the trigger itself: uniform,
+    or pi_b(. | trigger) restricted to the pool (uniform over it where that row puts no mass on the pool)."""
+    P, n, K = triggers.shape
+    vocab = torch.arange(tables.vocab_size, device=triggers.device)  # (V,)
+    allowed = pools[:, None, None, :] & (vocab != triggers[..., None])  # (P, n, K, V): never the trigger itself
+    weights = allowed.double() if how == "uniform" else _restricted(tables.pi_b[triggers], allowed)
+    return _inverse_cdf(weights, draws.uniform(n, K)[..., None])[..., 0]
 
 
-def draw_chain(bigram: Bigram, triggers: torch.Tensor, outputs: torch.Tensor, length: int,
-               generator: torch.Generator, pair_free: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, length + 1) tokens of the chain and (B, length) labels of the targets z_2..z_{length+1}.
+def draw_chain(tables: Tables, triggers: torch.Tensor, outputs: torch.Tensor, length: int, draws: Draws,
+               pair_free: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P, n, length + 1) tokens of the chain and (P, n, length) labels of the targets z_2..z_{length+1}.
 
     The first `pair_free` tokens avoid the sequence's triggers: drawn from pi_u, then pi_b(. | z_t), with the triggers'
     mass removed and the rest renormalised (exact conditioning on "no trigger there" is out of reach: with frequent
-    triggers, rejection would almost never accept)."""
-    B, V = len(triggers), bigram.vocab_size
-    rows = torch.arange(B)
-    forced = torch.full((B, V), -1, dtype=torch.long)
-    forced[rows[:, None], triggers] = outputs  # (B, V): the output a trigger forces next, -1 for other tokens
-    is_trigger = forced >= 0  # (B, V)
-    uniforms = torch.rand(length + 1, B, generator=generator, dtype=torch.float64)  # one per drawn token, by position
+    triggers, rejection would almost never accept). The loop runs over positions (each token needs the one before);
+    every operation in it is over all P n sequences at once."""
+    P, n, _ = triggers.shape
+    V = tables.vocab_size
+    vocab = torch.arange(V, device=triggers.device).expand(P, n, V)
+    rows = vocab.scatter(2, triggers, V + outputs)  # (P, n, V): the chain_cdf row each token's successor comes from
+    uniforms = draws.uniform(n, length + 1).movedim(2, 0)[..., None].contiguous().unbind(0)  # (P, n, 1) per position
 
-    z = torch.empty(B, length + 1, dtype=torch.long)
-    labels = torch.zeros(B, length, dtype=torch.long)
-    counts = torch.zeros(B, V, dtype=torch.long)  # occurrences of each trigger so far
-    z[:, 0] = _inverse_cdf(bigram.pi_u.expand(B, V), uniforms[0], is_trigger if pair_free > 0 else None)
+    if pair_free > 0:
+        allowed = rows < V  # (P, n, V): the tokens that are no trigger
+        current = _inverse_cdf(_restricted(tables.pi_u.expand(P, n, V), allowed), uniforms[0])  # (P, n, 1)
+    else:
+        current = torch.searchsorted(tables.cdf_u, uniforms[0], right=True)  # (P, n, 1): u < 1, always a token
+    chain = [current]
     for t in range(length):
-        current = z[:, t]
-        if t + 1 < pair_free:
-            drawn = _inverse_cdf(bigram.pi_b[current], uniforms[t + 1], is_trigger)
+        if t + 1 < pair_free:  # the current token is no trigger either, so nothing is forced
+            current = _inverse_cdf(_restricted(tables.pi_b[current[..., 0]], allowed), uniforms[t + 1])
         else:
-            drawn = torch.searchsorted(bigram.cdf[current], uniforms[t + 1, :, None], right=True)[:, 0]
-        output = forced[rows, current]  # (B,)
-        hit = output >= 0
-        counts[rows, current] += hit.long()
-        labels[:, t] = torch.where(hit, counts[rows, current], 0)
-        z[:, t + 1] = torch.where(hit, output, drawn)
-    return z, labels
+            row = rows.gather(2, current)  # (P, n, 1)
+            current = tables.token_of[torch.searchsorted(tables.chain_cdf, row + uniforms[t + 1], right=True)]
+        chain.append(current)
+    z = torch.cat(chain, 2)  # (P, n, length + 1)
+    return z, _labels(z[..., :-1], triggers)
 
 
-def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor, banned: torch.Tensor | None) -> torch.Tensor:
-    """(B,) a token per row of probs (B, V) by inverse CDF at u (B,), with `banned` (B, V) tokens' mass removed."""
-    if banned is not None:
-        probs = probs.masked_fill(banned, 0.0)
-        probs = torch.where(probs.sum(-1, keepdim=True) > 0, probs, (~banned).double())  # a row left empty: uniform
-    cdf = probs.cumsum(-1)
-    cdf = cdf / cdf[:, -1:]  # the last entry exactly 1; right=True below never lands on a token without mass
-    return torch.searchsorted(cdf, u[:, None], right=True)[:, 0]  # u < 1 = the last entry: always a token
+def _labels(current: torch.Tensor, triggers: torch.Tensor) -> torch.Tensor:
+    """(P, n, T) the label of each target: n where the current token (P, n, T) is a trigger (P, n, K) for the n-th
+    time up to there (its output then follows), 0 elsewhere. Read off the finished chain, so the loop stays short."""
+    match = current[..., None] == triggers[..., None, :]  # (P, n, T, K): at most one, the triggers are distinct
+    return (match.cumsum(2) * match).sum(-1)
+
+
+def _restricted(probs: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """probs (..., V) with the mass off `allowed` (..., V) bool removed; uniform over `allowed` where none is left."""
+    probs = probs * allowed
+    return torch.where(probs.sum(-1, keepdim=True) > 0, probs, allowed.double())
+
+
+def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """(..., m) tokens per row of weights (..., V) (non-negative, some mass in each row) by inverse CDF at u (..., m)."""
+    cdf = weights.cumsum(-1)
+    cdf = cdf / cdf[..., -1:]  # the last entry exactly 1; right=True below never lands on a token without mass
+    return torch.searchsorted(cdf, u, right=True)  # u < 1 = the last entry: always a token

@@ -1,6 +1,10 @@
 """Markov n-gram task (SPEC §5): the generator (parents, first tokens, pool vs fresh tables, OOD tables, seeds), the
 in-context strategies against brute-force counting, Chen et al.'s chi-square mutual information on cases with a
-known answer, the lag probe on hand-built attention, and the search over the pool size with the fake executor."""
+known answer, the lag probe on hand-built attention, and the search over the pool size with the fake executor. The
+population sampler (issue gpu-ready): a member's batches whatever it is packed with (pool sizes, fresh tables and
+alphas mixed), its own pool, the same operations, none read back, for any member count, one traced graph, and the
+static-shape Gamma sampler against Gamma(alpha)."""
+import dataclasses
 import math
 from dataclasses import replace
 
@@ -14,6 +18,9 @@ from tests.conftest import CONFIGS
 from tests.unit.conftest import fake_executor
 from trainables import config
 from trainables.errors import ConfigError
+from trainables.op_count import OpCounter
+from trainables.population import pack_key
+from trainables.streams import Draws, GeneratorDraws, Streams
 from trainables.tasks import TASKS
 from trainables.tasks.markov_ngram import data, metrics, mutual_info
 from trainables.tasks.markov_ngram.data import CHAIN, PAD, PRIMED, MarkovNgramConfig
@@ -25,6 +32,11 @@ SMALL = MarkovNgramConfig(vocab_size=3, order=3, alpha=0.3, seq_len=20, pool_siz
 
 def draw(cfg, n, split="train", seed=0, pad_to=None):
     return data.sample(cfg, n, torch.Generator().manual_seed(seed), split, pad_to)
+
+
+def uniforms(shape, seed):
+    """float64 uniforms in [0, 1), the chain's one per token."""
+    return torch.rand(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def table_of(cfg, sequence):
@@ -41,7 +53,7 @@ def test_tokens_follow_the_table_of_their_parents():
     C = data.n_contexts(cfg)
     rule = torch.randint(3, (4, C), generator=torch.Generator().manual_seed(1))  # (B, C) the next token per context
     tables = torch.nn.functional.one_hot(rule, 3).double()  # (B, C, S) deterministic rows
-    sequences = data.chains(cfg, tables, torch.Generator().manual_seed(2))
+    sequences = data.chains(cfg, tables, uniforms((4, cfg.seq_len + 1), seed=2))
     for b in range(4):
         x = sequences[b].tolist()
         for j in range(2, len(x)):
@@ -91,7 +103,7 @@ def test_stationary_first_token_follows_the_chains_stationary_law():
     table = torch.tensor([[0.8, 0.1, 0.1], [0.3, 0.3, 0.4], [0.05, 0.05, 0.9]], dtype=torch.float64)
     mu = data.stationary(table[None])[0]
     assert torch.allclose(mu @ table, mu) and math.isclose(mu.sum().item(), 1.0)
-    first = data.chains(cfg, table.expand(20000, 3, 3), torch.Generator().manual_seed(5))[:, 0]
+    first = data.chains(cfg, table.expand(20000, 3, 3), uniforms((20000, cfg.seq_len + 1), seed=5))[:, 0]
     freq = torch.bincount(first, minlength=3).double() / len(first)
     assert (freq - mu).abs().max() < 4 * math.sqrt(0.25 / len(first))
 
@@ -148,6 +160,139 @@ def test_same_seed_same_batch_other_seed_other_batch(split):
     for name in ("tokens", "targets", "loss_mask", "labels"):
         assert torch.equal(getattr(a, name), getattr(b, name))
     assert torch.equal(a.info["table"], b.info["table"]) and not torch.equal(a.tokens, c.tokens)
+
+
+# --- the population sampler ---------------------------------------------------------------------------------------
+
+# Pools of several sizes and seeds, fresh tables, several alphas (both branches of the Gamma sampler): one pack.
+MEMBERS = [replace(SMALL, pool_size=size, pool_seed=seed, alpha=alpha)
+           for size, seed, alpha in [(4, 0, 0.3), (0, 0, 0.3), (16, 2, 1.5), (1, 1, 0.3), (0, 0, 2.0)]]
+KEYS = [11, 7, 2**40 + 3, 0, 5]
+
+
+def same_batches(a, b) -> bool:
+    fields = ("tokens", "targets", "loss_mask", "labels")
+    return (all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields)
+            and a.info.keys() == b.info.keys() and all(torch.equal(a.info[k], b.info[k]) for k in a.info))
+
+
+def test_the_members_of_a_pack_differ_in_their_data_distribution_only():
+    shapes = {f.name for f in dataclasses.fields(MarkovNgramConfig)} - set(TASK.member_fields)
+    assert shapes == {"name", "vocab_size", "order", "seq_len", "first", "loss_on"}
+    load = lambda *overrides: pack_key(config.load(CONFIGS / "debug_markov_ngram.yaml", list(overrides)))
+    assert load("task.pool_size=0", "task.alpha=1.5", "task.pool_seed=3") == load("task.pool_size=64", "seed=1")
+    assert load("task.seq_len=20") != load() and load("task.loss_on=last") != load()
+
+
+def test_a_member_draws_the_same_batches_whatever_it_is_packed_with():
+    together, streams = data.train_sampler(MEMBERS, "cpu"), Streams(KEYS)
+    alone = [(data.train_sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(MEMBERS, KEYS)]
+    for _ in range(2):  # two steps: the streams advance alike
+        batch = together(32, streams)
+        assert batch.tokens.shape == (len(MEMBERS), 32, SMALL.seq_len)
+        for p, (draw_one, stream) in enumerate(alone):
+            assert same_batches(batch.member(p), draw_one(32, stream).member(0))
+            stream.advance()
+        streams.advance()
+
+
+def test_the_id_set_is_drawn_by_the_training_sampler():
+    for cfg in MEMBERS[:2]:  # a pool, fresh tables
+        trained = data.train_sampler([cfg], "cpu")(50, GeneratorDraws(torch.Generator().manual_seed(3))).member(0)
+        assert same_batches(draw(cfg, 50, seed=3), trained)
+
+
+def likelihoods(cfg, sequences, tables):
+    """(B, K) log-likelihood of each sequence's chain tokens under each of K tables."""
+    n = cfg.order
+    contexts = metrics.contexts(sequences, n, cfg.vocab_size)[:, n - 1:]  # (B, L+2-n): each chain token's context
+    rows = tables[:, contexts]  # (K, B, L+2-n, S)
+    chosen = rows.gather(-1, sequences[None, :, n - 1:, None].expand(len(tables), -1, -1, 1))[..., 0]
+    return chosen.log().sum(-1).T
+
+
+def test_each_member_draws_from_its_own_pool_or_fresh_tables():
+    """info["table"] covers the member's pool (-1: fresh), and each sequence is within a few nats as likely under the
+    pool table it names as under the likeliest (near-deterministic rows, alpha 0.05: under a wrong table a sequence
+    mostly loses tens to thousands of nats; it may not, when the chain settles where two tables agree)."""
+    members = [replace(cfg, alpha=0.05, seq_len=40) for cfg in MEMBERS]
+    batch = data.train_sampler(members, "cpu")(200, Streams(KEYS))
+    for p, cfg in enumerate(members):
+        mine = batch.member(p)
+        table = mine.info["table"]
+        if not cfg.pool_size:
+            assert (table == -1).all()
+            continue
+        assert set(table.tolist()) == set(range(cfg.pool_size))
+        sequences = metrics.full_sequences(mine, cfg.seq_len)
+        log_p = likelihoods(cfg, sequences, data.pool(cfg))  # (B, pool_size)
+        near_best = lambda named: log_p.gather(1, named[:, None])[:, 0] > log_p.max(1).values - 5.0  # (B,)
+        assert near_best(table).all()
+        if cfg.pool_size > 1:  # the check tells tables apart: naming the next table fails it for most sequences
+            assert near_best((table + 1) % cfg.pool_size).double().mean() < 0.5
+
+
+@pytest.mark.parametrize("sizes, counts", [((1, 4, 16), (1, 8, 64)),  # pools only
+                                           ((0,), (1, 8, 64)),  # fresh tables only
+                                           ((0, 4, 16), (2, 8, 64))])  # both: two members at least
+def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back(sizes, counts):
+    found = []
+    for members in counts:
+        cfgs = [replace(SMALL, pool_size=sizes[p % len(sizes)], alpha=(0.3, 1.5)[p % 2]) for p in range(members)]
+        draw_batch, streams = data.train_sampler(cfgs, "cpu"), Streams(list(range(members)))
+        draw_batch(16, streams)
+        streams.advance()
+        with OpCounter() as counter:  # a training step's draw (the first also hashes the streams' element indices)
+            draw_batch(16, streams)
+        assert not counter.syncs and "aten._local_scalar_dense.default" not in counter.ops
+        found.append(counter.ops)
+    assert found[0] == found[1] == found[2]
+
+
+@pytest.mark.parametrize("cfgs", [[replace(cfg, seq_len=6) for cfg in MEMBERS[:3]],
+                                  [MarkovNgramConfig(order=2, seq_len=6, first="stationary", pool_size=size)
+                                   for size in (0, 3)]],
+                         ids=["uniform", "stationary"])
+def test_a_draw_traces_as_one_graph(cfgs):
+    """fullgraph=True fails on any graph break: a value read back, data-dependent control flow. The eager backend
+    compiles no kernels, and a short sequence keeps the unrolled chain small."""
+    sampler, keys = data.train_sampler(cfgs, "cpu"), KEYS[:len(cfgs)]
+    traced = torch.compile(sampler, fullgraph=True, backend="eager")(8, Streams(keys))
+    assert same_batches(traced, sampler(8, Streams(keys)))
+
+
+def test_gamma_draws_have_the_moments_of_gamma_alpha():
+    """log_gamma for four members at once, alpha < 1 (boosted) and >= 1: the mean and variance of G (both alpha) and
+    of log G (digamma(alpha), trigamma(alpha): the small tail the boost makes) within 4 standard errors."""
+    alpha = torch.tensor([0.1, 0.3, 1.0, 4.0], dtype=torch.float64)
+    log_g = data.log_gamma(alpha, Streams([1, 2, 3, 4]), 100_000)  # (4, N)
+    g, N = log_g.exp(), log_g.shape[1]
+    a = alpha
+    assert ((g.mean(1) - a).abs() < 4 * (a / N).sqrt()).all()
+    assert ((g.var(1) - a).abs() < 4 * ((2 * a**2 + 6 * a) / N).sqrt()).all()  # var(s^2) = (mu_4 - a^2) / N
+    trigamma = torch.polygamma(1, a)
+    assert ((log_g.mean(1) - torch.digamma(a)).abs() < 4 * (trigamma / N).sqrt()).all()
+    assert ((log_g.var(1) / trigamma - 1).abs() < 0.05).all()
+
+
+class Fixed(Draws):
+    """The same bits for every element of a call, call after call from a list (cycled)."""
+
+    members = 1
+
+    def __init__(self, values):
+        self.values, self.calls = values, 0
+
+    def bits(self, *shape):
+        self.calls += 1
+        return torch.full((1, *shape), self.values[(self.calls - 1) % len(self.values)], dtype=torch.int64)
+
+
+def test_gamma_falls_back_to_d_when_every_proposal_is_rejected():
+    """Normal proposals of -6.8 (radius sqrt(-2 log u) at the smallest u, times cos(pi)) make v = (1 + c x)^3 < 0: all
+    rejected, the variate is d = alpha - 1/3 (v = 1), finite."""
+    log_g = data.log_gamma(torch.tensor([2.0], dtype=torch.float64), Fixed([0, 2**31, 2**31, 2**31]), 5)
+    assert torch.allclose(log_g, torch.full((1, 5), math.log(2.0 - 1 / 3), dtype=torch.float64))
 
 
 # --- the in-context strategies --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from trainables.cache import patterns
 from trainables.tasks import Panel, PanelSection, Task
 from trainables.tasks.markov_ngram import metrics, mutual_info
 from trainables.tasks.markov_ngram.data import (FIRST, LOSS_ON, MAX_TABLE_ENTRIES, MarkovNgramConfig, draw_tables,
-                                                n_contexts, pool, sample)
+                                                n_contexts, pool, sample, train_sampler)
 
 _BY_POOL = "data/pool_size"  # W&B runs are grouped by pool size: few distinct values, ordered by diversity
 MI_TABLES = 256  # tables the chi-square mutual information averages over (the pool's first ones, or prior draws)
@@ -39,6 +39,9 @@ class MarkovNgram(Task):
     success_metric = "ood/gap"
     success_above = False  # a loss gap: success when it is at most eval.threshold
     knobs = ("task.pool_size",)
+    # The data distribution: each member its own pool (or fresh tables) and Dirichlet alpha. vocab_size, order and
+    # seq_len set shapes, first and loss_on the sampler's structure and the scored positions: equal in a pack.
+    member_fields = ("pool_size", "pool_seed", "alpha")
     small_is_diverse = True
     diversity_axis = "data/inv_pool"
     diversity_label = "1 / pool size (0 = a fresh table per sequence; small = diverse)"
@@ -103,6 +106,9 @@ class MarkovNgram(Task):
 
     def sample(self, cfg, n, generator, split="train", pad_to=None):
         return sample(cfg, n, generator, split, pad_to)
+
+    def batch_sampler(self, cfgs, device):
+        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: MarkovNgramConfig) -> dict[str, str]:
         """OOD first: the evaluation sets are drawn in this order from one generator, so the OOD set (fresh tables)

@@ -1,4 +1,4 @@
-"""Multi-query associative recall (MQAR; Arora et al. 2023, "Zoology"), generated from one torch.Generator.
+"""Multi-query associative recall (MQAR; Arora et al. 2023, "Zoology").
 
 Vocabulary: token 0 is padding (never drawn), keys are 1 .. n_keys, values n_keys + 1 .. n_keys + n_values.
 
@@ -22,16 +22,20 @@ Splits differ only in the keys they draw from (the diversity knob):
   above n_train_keys when n_test_keys is 0. A fixed n_test_keys keeps the OOD keys the same for every n_train_keys of
   a sweep, so its runs are compared on the same OOD sequences.
 
-Everything is vectorised over the batch (no Python loop over sequences) and drawn in a fixed order from the
-generator passed in, so a batch is a function of the generator's state.
+Everything is vectorised over the batch (no Python loop over sequences) and drawn in a fixed order from one random
+source (`trainables.streams`): in training, a member's own counter-based stream, so that a packed trial draws all its
+members' batches in one call on their device (`train_sampler`, the task's batch_sampler); in `sample()` (the
+evaluation sets), a torch.Generator, through the same code with one member. So a batch is a function of the seed.
+Shapes: M members (a pack's population), B = n sequences each, T positions.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
+from trainables.streams import Draws, GeneratorDraws
 from trainables.tasks import PAD_LABEL, Batch
 
 SPLITS = ("train", "heldout")
@@ -78,36 +82,71 @@ def key_range(cfg: MqarConfig, split: str) -> tuple[int, int]:
     raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
 
 
-def distinct(n: int, k: int, pool: int, generator: torch.Generator) -> torch.Tensor:
-    """(n, k) long: k distinct indices in 0 .. pool-1 per row, in random order (the first k of a random permutation
-    of each row: argsort of uniforms)."""
-    return torch.rand(n, pool, generator=generator).argsort(dim=1)[:, :k]
-
-
 def sample(cfg: MqarConfig, n: int, generator: torch.Generator, split: str = "train",
            pad_to: int | None = None) -> Batch:
-    """n sequences of `split` (train | heldout), right-padded to `pad_to` positions when given."""
-    first_key, n_pool = key_range(cfg, split)
-    P, Q = cfg.n_pairs, cfg.n_queries
-    keys = first_key + distinct(n, P, n_pool, generator)  # (B, P)
-    values = cfg.n_keys + 1 + torch.randint(cfg.n_values, (n, P), generator=generator)  # (B, P)
-    asked = distinct(n, Q, P, generator)  # (B, Q): which pair each query asks for
-    context = torch.stack([keys, values], dim=2).reshape(n, 2 * P)  # k_1 v_1 k_2 v_2 ...
-    asked_keys, answers = keys.gather(1, asked), values.gather(1, asked)  # (B, Q) each
-    T, scored = seq_len(cfg), query_positions(cfg)
+    """n sequences of `split` (train | heldout), right-padded to `pad_to` positions when given. Drawn by the population
+    sampler's code with one member, so the `id` evaluation set is drawn exactly as training batches are."""
+    batch = _sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
+    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
+
+
+def train_sampler(cfgs: list[MqarConfig], device) -> Callable[[int, Draws], Batch]:
+    """Training batches of M members at once (Task.batch_sampler): each member its own n_train_keys (the knob);
+    n_keys, n_values, n_pairs, n_queries and teacher_forcing (the vocabulary and the layout) are the pack's."""
+    return _sampler(cfgs, device, "train")
+
+
+def _sampler(cfgs: list[MqarConfig], device, split: str) -> Callable[[int, Draws], Batch]:
+    """draw(n, draws) -> a Batch of (M, n, T) tensors of `split`. The members' key ranges become (M, ...) tensors on
+    `device` here, once, so a draw reads no config and copies nothing to the device."""
+    ranges = [key_range(cfg, split) for cfg in cfgs]
+    pack = cfgs[0]  # the layout and the vocabulary: equal in a pack
+    P, Q = pack.n_pairs, pack.n_queries
+    first_key = torch.tensor([first for first, _ in ranges], device=device)[:, None, None]  # (M, 1, 1)
+    pool = torch.tensor([size for _, size in ranges], device=device)[:, None, None]  # (M, 1, 1): keys to draw from
+    # Every member ranks n_keys uniforms, so its draws do not depend on the pools of the members packed with it; the
+    # indices beyond its pool rank last.
+    outside = torch.arange(pack.n_keys, device=device) >= pool  # (M, 1, n_keys)
+    label = _labels(pack).to(device)  # (T,)
+
+    def draw(n: int, draws: Draws) -> Batch:
+        ranks = draws.uniform(n, pack.n_keys).masked_fill(outside, 2.0)  # (M, n, n_keys): u in (0, 1) in the pool
+        keys = first_key + _first_in_random_order(ranks, P)  # (M, n, P): distinct keys of the member's range
+        values = draws.randint(pack.n_keys + 1, pack.n_keys + 1 + pack.n_values, n, P)  # (M, n, P), with replacement
+        asked = _first_in_random_order(draws.uniform(n, P), Q)  # (M, n, Q): the pair each query asks for
+        tokens, targets = _layout(pack, keys, values, asked)  # (M, n, T) each
+        labels = label.expand(draws.members, n, -1).clone()  # (M, n, T): its own memory, as any batch's
+        return Batch(tokens=tokens, targets=targets, loss_mask=labels == QUERY, labels=labels, query=None, info={})
+
+    return draw
+
+
+def _first_in_random_order(u: torch.Tensor, k: int) -> torch.Tensor:
+    """(..., k) distinct indices of the last dimension of u (uniforms; any above 1 rank last), in random order: the
+    first k of a random permutation (argsort of uniforms; stable, so ties cannot differ between devices)."""
+    return u.argsort(dim=-1, stable=True)[..., :k]
+
+
+def _layout(cfg: MqarConfig, keys: torch.Tensor, values: torch.Tensor,
+            asked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, n, T) tokens and targets of the context k_1 v_1 ... k_P v_P (keys, values: (M, n, P)) and the queries
+    (asked: (M, n, Q) pair indices), built by concatenation: no index assignment, the same operations for any M."""
+    context = torch.stack([keys, values], dim=-1).flatten(-2)  # (M, n, 2P): k_1 v_1 k_2 v_2 ...
+    asked_keys, answers = keys.gather(-1, asked), values.gather(-1, asked)  # (M, n, Q) each
     if cfg.teacher_forcing:  # q_1 a_1 q_2 a_2 ... q_Q: position t predicts token t + 1
-        sequence = torch.cat([context, torch.stack([asked_keys, answers], dim=2).reshape(n, 2 * Q)], dim=1)
-        tokens, targets = sequence[:, :T], sequence[:, 1:]
-    else:  # q_1 q_2 ... q_Q, each scored with its answer; in the context, position t's target is token t + 1
-        tokens = torch.cat([context, asked_keys], dim=1)
-        targets = F.pad(tokens[:, 1:], (0, 1))
-        targets[:, scored] = answers
-    label = torch.full((T,), ANSWER)
-    label[: 2 * P] = CONTEXT
-    label[scored] = QUERY
-    labels = label.expand(n, T).clone()
-    batch = Batch(tokens=tokens, targets=targets, loss_mask=labels == QUERY, labels=labels, query=None, info={})
-    return batch if pad_to is None else batch.padded(pad_to)
+        sequence = torch.cat([context, torch.stack([asked_keys, answers], dim=-1).flatten(-2)], dim=-1)
+        return sequence[..., : seq_len(cfg)], sequence[..., 1:]
+    # q_1 q_2 ... q_Q, each scored with its answer; in the context, position t's target is token t + 1
+    tokens = torch.cat([context, asked_keys], dim=-1)  # (M, n, 2P + Q)
+    return tokens, torch.cat([tokens[..., 1 : 2 * cfg.n_pairs + 1], answers], dim=-1)
+
+
+def _labels(cfg: MqarConfig) -> torch.Tensor:
+    """(T,) the per-position labels, the same in every sequence: CONTEXT, then QUERY (and ANSWER between queries)."""
+    label = torch.full((seq_len(cfg),), ANSWER)
+    label[: 2 * cfg.n_pairs] = CONTEXT
+    label[query_positions(cfg)] = QUERY
+    return label
 
 
 def pair_of_query(cfg: MqarConfig, batch: Batch) -> torch.Tensor:

@@ -17,7 +17,8 @@ from trainables.cache import patterns
 from trainables.errors import require
 from trainables.tasks import Task
 
-from .data import MqarConfig, d_vocab, key_range, pair_of_query, query_positions, sample, seq_len
+from .data import (MqarConfig, d_vocab, key_range, pair_of_query, query_positions, sample, seq_len,
+                   train_sampler)
 
 
 class MqarTask(Task):
@@ -28,6 +29,8 @@ class MqarTask(Task):
     success_metric = "ood/acc"  # recall on sequences whose keys training never showed
     knobs = ("task.n_train_keys",)
     diversity_label = "distinct training keys"
+    member_fields = ("n_train_keys", "n_test_keys")  # the knob, and the ood keys training never draws: a sweep's
+    # members that differ only in these pack together and draw their batches at once (batch_sampler)
 
     def validate(self, cfg: MqarConfig) -> None:
         require(
@@ -58,6 +61,11 @@ class MqarTask(Task):
 
     def sample(self, cfg, n, generator, split="train", pad_to=None):
         return sample(cfg, n, generator, split, pad_to)
+
+    def batch_sampler(self, cfgs, device):
+        """Optional: a packed trial's members' training batches in one vectorised draw on their device, rather than
+        one sample() per member on the host while a GPU waits."""
+        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: MqarConfig) -> dict[str, str]:
         """OOD first: the evaluation sets are drawn in this order from one generator, so with a fixed task.n_test_keys

@@ -14,9 +14,9 @@ from sweep.search import studies as search_studies
 from sweep.search.config import load_search
 from tests.conftest import CONFIGS
 from tests.unit.conftest import fake_executor
+from tests.unit.samplers import assert_drawn_as_alone, draw_op_counts, same_batches
 from trainables import config
 from trainables.errors import ConfigError
-from trainables.op_count import OpCounter
 from trainables.population import pack_key
 from trainables.streams import GeneratorDraws, Streams
 from trainables.tasks import Batch
@@ -172,11 +172,6 @@ KEYS = [11, 5, 2**40 + 3, 7]
 PACKED = {"sampled-uniform": {}, "fixed-bigram-recall": {"triggers": "fixed", "outputs": "bigram", "loss_on": "recall"}}
 
 
-def same_batches(a: Batch, b: Batch) -> bool:
-    fields = ("tokens", "targets", "loss_mask", "labels")
-    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields) and a.query is b.query is None
-
-
 def test_the_members_of_a_pack_differ_in_their_output_pools_only():
     shared = {f.name for f in dataclasses.fields(BigramTriggerConfig)} - set(TASK.member_fields)
     assert {"bigram", "seq_len", "test_len", "n_triggers", "triggers", "outputs", "loss_on"} <= shared
@@ -188,15 +183,8 @@ def test_the_members_of_a_pack_differ_in_their_output_pools_only():
 @pytest.mark.parametrize("settings", PACKED.values(), ids=PACKED.keys())
 def test_a_member_draws_the_same_batches_whatever_it_is_packed_with(settings):
     members = [dataclasses.replace(cfg, **settings) for cfg in MEMBERS]
-    together, streams = data.train_sampler(members, "cpu"), Streams(KEYS)
-    alone = [(data.train_sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(members, KEYS)]
-    for _ in range(2):  # two steps: the streams advance alike
-        batch = together(16, streams)
-        assert batch.tokens.shape == (len(members), 16, SMALL.seq_len)
-        for p, (draw_one, stream) in enumerate(alone):
-            assert same_batches(batch.member(p), draw_one(16, stream).member(0))
-            stream.advance()
-        streams.advance()
+    batch = assert_drawn_as_alone(data.train_sampler, members, KEYS, 16)
+    assert batch.tokens.shape == (len(members), 16, SMALL.seq_len)
 
 
 def test_the_id_set_is_drawn_by_the_training_sampler():
@@ -232,16 +220,8 @@ def test_sampled_triggers_are_distributed_as_draws_without_replacement():
 
 
 def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back():
-    counts = []
-    for members in (1, 8, 64):
-        cfgs = [MEMBERS[p % len(MEMBERS)] for p in range(members)]
-        draw_batch, streams = data.train_sampler(cfgs, "cpu"), Streams(list(range(members)))
-        draw_batch(16, streams)
-        streams.advance()
-        with OpCounter() as counter:  # a training step's draw (the first also hashes the streams' element indices)
-            draw_batch(16, streams)
-        assert not counter.syncs and "aten._local_scalar_dense.default" not in counter.ops
-        counts.append(counter.ops)
+    counts = draw_op_counts(data.train_sampler, [[MEMBERS[p % len(MEMBERS)] for p in range(members)]
+                                                 for members in (1, 8, 64)], 16)
     assert counts[0] == counts[1] == counts[2]
     assert counts[0]["aten.searchsorted.Tensor"] <= SMALL.seq_len + 3  # one per time step of the chain
 

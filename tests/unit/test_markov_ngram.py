@@ -15,10 +15,10 @@ from sweep.search import bisection, loop
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
 from tests.conftest import CONFIGS
+from tests.unit.samplers import assert_drawn_as_alone, draw_op_counts, same_batches
 from tests.unit.conftest import fake_executor
 from trainables import config
 from trainables.errors import ConfigError
-from trainables.op_count import OpCounter
 from trainables.population import pack_key
 from trainables.streams import Draws, GeneratorDraws, Streams
 from trainables.tasks import TASKS
@@ -170,12 +170,6 @@ MEMBERS = [replace(SMALL, pool_size=size, pool_seed=seed, alpha=alpha)
 KEYS = [11, 7, 2**40 + 3, 0, 5]
 
 
-def same_batches(a, b) -> bool:
-    fields = ("tokens", "targets", "loss_mask", "labels")
-    return (all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields)
-            and a.info.keys() == b.info.keys() and all(torch.equal(a.info[k], b.info[k]) for k in a.info))
-
-
 def test_the_members_of_a_pack_differ_in_their_data_distribution_only():
     shapes = {f.name for f in dataclasses.fields(MarkovNgramConfig)} - set(TASK.member_fields)
     assert shapes == {"name", "vocab_size", "order", "seq_len", "first", "loss_on"}
@@ -185,15 +179,8 @@ def test_the_members_of_a_pack_differ_in_their_data_distribution_only():
 
 
 def test_a_member_draws_the_same_batches_whatever_it_is_packed_with():
-    together, streams = data.train_sampler(MEMBERS, "cpu"), Streams(KEYS)
-    alone = [(data.train_sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(MEMBERS, KEYS)]
-    for _ in range(2):  # two steps: the streams advance alike
-        batch = together(32, streams)
-        assert batch.tokens.shape == (len(MEMBERS), 32, SMALL.seq_len)
-        for p, (draw_one, stream) in enumerate(alone):
-            assert same_batches(batch.member(p), draw_one(32, stream).member(0))
-            stream.advance()
-        streams.advance()
+    batch = assert_drawn_as_alone(data.train_sampler, MEMBERS, KEYS, 32)
+    assert batch.tokens.shape == (len(MEMBERS), 32, SMALL.seq_len)
 
 
 def test_the_id_set_is_drawn_by_the_training_sampler():
@@ -236,16 +223,9 @@ def test_each_member_draws_from_its_own_pool_or_fresh_tables():
                                            ((0,), (1, 8, 64)),  # fresh tables only
                                            ((0, 4, 16), (2, 8, 64))])  # both: two members at least
 def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back(sizes, counts):
-    found = []
-    for members in counts:
-        cfgs = [replace(SMALL, pool_size=sizes[p % len(sizes)], alpha=(0.3, 1.5)[p % 2]) for p in range(members)]
-        draw_batch, streams = data.train_sampler(cfgs, "cpu"), Streams(list(range(members)))
-        draw_batch(16, streams)
-        streams.advance()
-        with OpCounter() as counter:  # a training step's draw (the first also hashes the streams' element indices)
-            draw_batch(16, streams)
-        assert not counter.syncs and "aten._local_scalar_dense.default" not in counter.ops
-        found.append(counter.ops)
+    populations = [[replace(SMALL, pool_size=sizes[p % len(sizes)], alpha=(0.3, 1.5)[p % 2]) for p in range(members)]
+                   for members in counts]
+    found = draw_op_counts(data.train_sampler, populations, 16)
     assert found[0] == found[1] == found[2]
 
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tests.conftest import CONFIGS
+from tests.unit.samplers import assert_drawn_as_alone, draw_op_counts, same_batches
 from trainables import config
 from trainables.errors import ConfigError
-from trainables.op_count import OpCounter
 from trainables.population import pack_key
 from trainables.streams import GeneratorDraws, Streams
 from trainables.tasks import TASKS
@@ -135,12 +135,6 @@ MEMBERS = [dataclasses.replace(CFG, alpha=alpha, lazy_noise=noise, rule_seed=see
 KEYS = [11, 7, 2**40 + 3, 0, 5]
 
 
-def same_batches(a, b) -> bool:
-    fields = ("tokens", "targets", "loss_mask", "labels")
-    return (all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields)
-            and a.info.keys() == b.info.keys() and all(torch.equal(a.info[k], b.info[k]) for k in a.info))
-
-
 def test_the_members_of_a_pack_differ_in_distributions_only():
     shapes = {f.name for f in dataclasses.fields(MixedNgramConfig)} - set(TASKS["mixed_ngram"].member_fields)
     assert shapes == {"name", "n_lazy_tokens", "n_icl_tokens", "seq_len"}
@@ -150,15 +144,8 @@ def test_the_members_of_a_pack_differ_in_distributions_only():
 
 
 def test_a_member_draws_the_same_batches_whatever_it_is_packed_with():
-    together, streams = mx.train_sampler(MEMBERS, "cpu"), Streams(KEYS)
-    alone = [(mx.train_sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(MEMBERS, KEYS)]
-    for _ in range(2):  # two steps: the streams advance alike
-        batch = together(64, streams)
-        assert batch.tokens.shape == (len(MEMBERS), 64, CFG.seq_len)
-        for p, (draw_one, stream) in enumerate(alone):
-            assert same_batches(batch.member(p), draw_one(64, stream).member(0))
-            stream.advance()
-        streams.advance()
+    batch = assert_drawn_as_alone(mx.train_sampler, MEMBERS, KEYS, 64)
+    assert batch.tokens.shape == (len(MEMBERS), 64, CFG.seq_len)
 
 
 def test_the_id_set_is_drawn_by_the_training_sampler():
@@ -188,16 +175,8 @@ def test_each_member_draws_from_its_own_distribution():
 
 
 def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back():
-    counts = []
-    for members in (1, 8, 64):
-        cfgs = [MEMBERS[p % len(MEMBERS)] for p in range(members)]
-        draw_batch, streams = mx.train_sampler(cfgs, "cpu"), Streams(list(range(members)))
-        draw_batch(16, streams)
-        streams.advance()
-        with OpCounter() as counter:  # a training step's draw (the first also hashes the streams' element indices)
-            draw_batch(16, streams)
-        assert not counter.syncs and "aten._local_scalar_dense.default" not in counter.ops
-        counts.append(counter.ops)
+    counts = draw_op_counts(mx.train_sampler, [[MEMBERS[p % len(MEMBERS)] for p in range(members)]
+                                               for members in (1, 8, 64)], 16)
     assert counts[0] == counts[1] == counts[2]
 
 

@@ -2,7 +2,8 @@
 against the theory's reference value of each slice (the task's diversity measure at diversity* against the value its
 theory lines give; slice by slice for a task without theory lines), with the points as FILE.csv beside it. Reads
 only the search directories (config.yaml, min_diversity.csv): searches of two models side by side are the project's
-theory-against-practice figure."""
+theory-against-practice figure. A slice that found no threshold says how many of the seeds at the widest value it
+tried fitted their training data (trials.csv): whether the model failed there, or its training did."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,14 +14,18 @@ import pandas as pd
 from dashboards.report import read_config, slice_configs, theory_values
 from trainables import figures
 from trainables.errors import ConfigError
-from trainables.io import atomic_write
+from trainables.io import FINISHED, atomic_write
 from trainables.tasks import task_of
+from trainables.verdicts import VERDICT_KNOWN
+
+FITTED = ("id/acc", 0.99)  # a seed fitted its training data: its in-distribution accuracy at or past this
 
 
 def threshold_points(out: Path) -> tuple[pd.DataFrame, str]:
     """One row per slice of the search in `out` (its slice keys, `theory`: the task's reference value of its
     diversity measure, `measured`: that measure at diversity*, NaN where no candidate generalized, `bound`: where
-    none did, the measure at the last value that failed), and the name of that measure."""
+    none did, the measure at the last value that failed, and `fitted_at_widest`: the share of the seeds at the
+    widest value tried that fitted their training data), and the name of that measure."""
     cfg = read_config(out / "config.yaml")
     if cfg is None or not (out / "min_diversity.csv").exists():
         raise ConfigError("DIR", f"{out} is not the output of a threshold search (no config.yaml and "
@@ -35,8 +40,30 @@ def threshold_points(out: Path) -> tuple[pd.DataFrame, str]:
                                       axis=1) if slice_keys else pd.Series("all", index=minimal.index)
     points = minimal[slice_keys].assign(search=name, slice=label, theory=theory,
                                         measured=measured.where(minimal["diversity_star"].notna()),
-                                        bound=_at_widest_failure(cfg, minimal, slice_keys, axis))
+                                        bound=_at_widest_failure(cfg, minimal, slice_keys, axis),
+                                        fitted_at_widest=_fitted_at_widest(out, cfg, minimal))
     return points, axis
+
+
+def _fitted_at_widest(out: Path, cfg: dict, minimal: pd.DataFrame) -> pd.Series:
+    """Per slice that found no threshold, the share of the seeds trained at the widest knob value it tried whose
+    FITTED metric reached its level (seeds with a verdict of their own, from trials.csv): near 1, the model fails
+    even where training worked; well below, training failed first, so more steps may still find a threshold. NaN
+    for the other slices."""
+    knob, path = ((cfg.get("search") or {}).get("knob") or {}).get("key"), out / "trials.csv"
+    share = pd.Series(np.nan, index=minimal.index)
+    if not knob or not path.exists() or "study" not in minimal:
+        return share
+    trials = pd.read_csv(path)
+    if not {"study", "status", knob, FITTED[0]} <= set(trials.columns):
+        return share
+    judged = trials[trials["status"].isin(FINISHED) & (trials["status"] != VERDICT_KNOWN)]
+    for index, study in minimal.loc[minimal["diversity_star"].isna(), "study"].items():
+        seeds = judged[judged["study"] == study]
+        if len(seeds):
+            widest = seeds[seeds[knob] == seeds[knob].max()]
+            share[index] = (widest[FITTED[0]] >= FITTED[1]).mean()
+    return share
 
 
 def _at_widest_failure(cfg: dict, minimal: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.Series:

@@ -25,7 +25,7 @@ def run(config_path: str, overrides: list[str], out: Path, address: str | None) 
     claim_out(out, resolved)
     tuner.connect(address)
     tuner.check_resources(sweep.resources)
-    trials = tuner.grid_plan(base, sweep, points, out)
+    trials = tuner.grid_plan(base, sweep, points, out, verdict=space.verdict_rule(base, sweep))
     preflight.check_shared_storage(out)
 
     create_out(out, resolved)

@@ -18,6 +18,7 @@ from trainables import config
 from trainables.errors import ConfigError, require
 from trainables.io import ERROR_FILE, read_json
 from trainables.tasks import task_of
+from trainables.verdicts import Rule, StopConfig
 
 
 @dataclass
@@ -57,6 +58,7 @@ class SweepConfig:
     max_concurrent: int = 0  # trials running at once; 0 lets the cluster's free resources decide
     max_failures: int = 2  # retries of a crashed trial, each from its last checkpoint
     phase_diagram: PhaseDiagramConfig = field(default_factory=PhaseDiagramConfig)
+    stop: StopConfig = field(default_factory=StopConfig)  # streak > 0: a trial stops once it has succeeded
 
 
 MAX_ID = 120  # characters of a trial directory name
@@ -67,7 +69,9 @@ _TERM = re.compile(r"\s*([+-]?)\s*([A-Za-z_][\w.]*|\d+(?:\.\d+)?)\s*")
 def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, SweepConfig, list[dict[str, Any]]]:
     """The base trial config, the sweep section and its points, all validated. `sweep.*` overrides go to the sweep."""
     base, sweep = config.load_section(path, overrides, "sweep", SweepConfig)
-    require(("sweep.pack", sweep.pack >= 0, "must be >= 0 (0 = auto)"))
+    require(("sweep.pack", sweep.pack >= 0, "must be >= 0 (0 = auto)"),
+            ("sweep.stop.decided", not sweep.stop.decided, "is for searches: a grid has no candidates to decide"))
+    sweep.stop.validate("sweep")
     result = points(base, sweep)
     keys, diagram = [axis.key for axis in sweep.axes], sweep.phase_diagram  # resolved, so config.yaml says what it draws
     diagram.x = diagram.x or keys[0]
@@ -107,6 +111,16 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
         except ConfigError as e:
             raise ConfigError(e.key, f"{e.reason} (at sweep point {point_id(point)})") from None
     return result
+
+
+def verdict_rule(base: config.Config, sweep: SweepConfig):
+    """point -> the rule its member is stopped by (trainables/verdicts.py; the task's success metric at
+    eval.threshold), or None for every point when sweep.stop.streak is 0."""
+    task, streak = task_of(base), sweep.stop.streak
+    if not streak:
+        return lambda point: None
+    return lambda point: Rule(task.success_metric, point.get("eval.threshold", base.eval.threshold), task.success_above,
+                              streak, group=point_id(point)).to_dict()
 
 
 def axis_values(axis: AxisConfig, where: str) -> list[Any]:

@@ -132,14 +132,18 @@ def check_resources(resources) -> None:
                            f"node of this cluster has {cpus:g} CPU and {gpus:g} GPU")
 
 
-def members(points: list[dict], out: Path, job_type: str = "grid") -> list[dict]:
-    return [{"point": point, "dir": str(trial_dir(out, point)), "job_type": job_type} for point in points]
+def members(points: list[dict], out: Path, job_type: str = "grid",
+            verdict: Callable[[dict], dict | None] = lambda point: None) -> list[dict]:
+    """The member dicts of these points: point, directory, job type and, where `verdict` gives one, the rule it is
+    judged and stopped by (trainables/verdicts.py)."""
+    return [{"point": point, "dir": str(trial_dir(out, point)), "job_type": job_type}
+            | ({"verdict": rule} if (rule := verdict(point)) else {}) for point in points]
 
 
 def plan(base_dict: dict, all_members: list[dict], pack: int, gpu: float,
          pack_setting: str = "sweep.pack") -> dict[str, list[dict]]:
-    """Tune trial id -> its members: members of one shape (population.pack_key) in chunks of `pack`, in point order.
-    The ids are a function of the points and `pack`, so a restored experiment finds its trials again. A trial must
+    """Tune trial id -> its members: members of one shape (population.pack_key) in chunks of `pack`, in point order,
+    a candidate's seeds (one verdict group) in one chunk, so that they can stop each other (chunks). The ids are a function of the points and `pack`, so a restored experiment finds its trials again. A trial must
     fit in the memory of the cluster's largest node, and a member on cuda needs `gpu` > 0 per trial (Ray hides the
     GPUs from a trial that asks for none): else ConfigError."""
     section = pack_setting.split(".")[0]
@@ -160,10 +164,28 @@ def plan(base_dict: dict, all_members: list[dict], pack: int, gpu: float,
     trials = {}
     for key, group in groups.items():
         check_memory(min(pack, len(group)) if vectorized[key] else 1, *largest[key], pack_setting)
-        for start in range(0, len(group), pack):
-            chunk = group[start:start + pack]
+        for chunk in chunks(group, pack):
             trials[point_id(chunk[0]["point"]) + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")] = chunk
     return trials
+
+
+def chunks(group: list[dict], pack: int) -> list[list[dict]]:
+    """The members in order, in chunks of at most `pack`, none splitting the consecutive members of one verdict
+    group (a candidate's seeds) unless the group alone has more than `pack`."""
+    runs: list[list[dict]] = []
+    for member in group:
+        same = runs and member.get("verdict") and runs[-1][-1].get("verdict", {}).get("group") == member["verdict"]["group"]
+        if same:
+            runs[-1].append(member)
+        else:
+            runs.append([member])
+    result: list[list[dict]] = []
+    for run in runs:
+        if result and len(result[-1]) + len(run) <= pack:
+            result[-1] += run
+        else:
+            result += [run[start:start + pack] for start in range(0, len(run), pack)]
+    return result
 
 
 def check_memory(members: int, peaks: dict[str, int], cfg: config.Config, pack_setting: str) -> None:
@@ -179,28 +201,31 @@ def check_memory(members: int, peaks: dict[str, int], cfg: config.Config, pack_s
                                         f"GiB; set it to at most {max(1, int(room // max(peak, 1)))}")
 
 
-def members_per_trial(section, n_members: int) -> int:
+def members_per_trial(section, n_members: int, group_size: int = 1) -> int:
     """The section's `pack`, or for 0 (auto) as many members per trial as spread them over about TRIALS_PER_SLOT
     trials per slot the cluster runs at once: fewer Tune trials cost less overhead, and not fewer than that keeps every
-    slot busy to the end and a crash costly to no one."""
+    slot busy to the end and a crash costly to no one; rounded up to whole verdict groups of `group_size` (a
+    candidate's seeds, which stop each other only inside one trial)."""
     if section.pack:
         return section.pack
     resources, ask = ray.cluster_resources(), section.resources
     slots = min(resources.get("CPU", 1) // max(ask.cpu, 1e-9),
                 resources.get("GPU", 0) // ask.gpu if ask.gpu else float("inf"))
     slots = max(1, int(min(slots, section.max_concurrent or slots)))
-    return max(1, min(MAX_AUTO_PACK, math.ceil(n_members / (TRIALS_PER_SLOT * slots))))
+    pack = max(1, min(MAX_AUTO_PACK, math.ceil(n_members / (TRIALS_PER_SLOT * slots))))
+    return math.ceil(pack / group_size) * group_size
 
 
-def grid_plan(base: config.Config, section, points: list[dict], out: Path, job_type: str = "grid"
-              ) -> dict[str, list[dict]]:
-    """The grid's Tune trials (trial id -> members), writing nothing: the plan kept beside a resumable experiment,
-    so a resumed grid finds the same trials even where `pack: 0` would now choose differently (another cluster),
-    else a new plan (which raises ConfigError for a population that cannot fit). Ray must be connected."""
+def grid_plan(base: config.Config, section, points: list[dict], out: Path, job_type: str = "grid",
+              verdict: Callable[[dict], dict | None] = lambda point: None) -> dict[str, list[dict]]:
+    """The grid's Tune trials (trial id -> members, each with its `verdict` rule if any), writing nothing: the plan
+    kept beside a resumable experiment, so a resumed grid finds the same trials even where `pack: 0` would now choose
+    differently (another cluster), else a new plan (which raises ConfigError for a population that cannot fit). Ray
+    must be connected."""
     plan_file = out / "ray" / PLAN_FILE
     if tune.Tuner.can_restore(str(_experiment(out))) and plan_file.exists():
         return read_json(plan_file)
-    everyone = members(points, out, job_type)
+    everyone = members(points, out, job_type, verdict)
     return plan(_base_dict(base, section), everyone, members_per_trial(section, len(everyone)), section.resources.gpu)
 
 
@@ -232,14 +257,17 @@ def run(base: config.Config, section, trials: dict[str, list[dict]], out: Path,
 
 
 def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: Path,
-               summary: Callable[[], str] = lambda: "", job_type: str = "search") -> None:
+               summary: Callable[[], str] = lambda: "", job_type: str = "search",
+               verdict: Callable[[dict], dict | None] = lambda point: None, group_size: int = 1) -> None:
     """Train what `rounds` yields, round after round, in one Tune run: each round's points become trials (packed as
-    run() packs them), and the generator is resumed (to tell, then ask the next round) only once all of them ended.
+    run() packs them, each member with its `verdict` rule if any, a candidate's `group_size` seeds in one trial
+    where the packing allows), and the generator is resumed (to tell, then ask the next round) only once all of them
+    ended.
     A new experiment every time: a resumed search rebuilds its rounds from its studies and result files. Its name
     carries the host and pid: two drivers of one search started in the same second must not share it."""
     base_dict = _base_dict(base, section)
-    pack = lambda points: plan(base_dict, members(points, out, job_type), members_per_trial(section, len(points)),
-                               section.resources.gpu, "search.pack")
+    pack = lambda points: plan(base_dict, members(points, out, job_type, verdict),
+                               members_per_trial(section, len(points), group_size), section.resources.gpu, "search.pack")
     name = f"search-{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-{os.getpid()}"
     experiment = (out / "ray" / name).resolve()
     tune_config = _tune_config(section)

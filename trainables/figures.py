@@ -355,7 +355,8 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
     """Measured thresholds of several searches on one plot: `metric` at diversity* of each slice (y) against the
     theory's reference value for that slice (x; both axes log), y = x dashed. points: columns `search`, `theory`,
     `measured` (NaN where the slice found no threshold) and optionally `bound` (for such a slice, `metric` at the
-    last value that failed: drawn hollow, pointing down, as the threshold lies beyond it)."""
+    last value that failed: drawn hollow, pointing down, as the threshold lies beyond it) and `fitted_at_widest`
+    (the share of that value's seeds that fitted their training data, written beside the marker)."""
     fig = new_figure(6, 4.5, dpi=110)
     ax = fig.subplots()
     searches = list(dict.fromkeys(points["search"]))
@@ -378,7 +379,14 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
         bounds = rows[rows["measured"].isna() & placed].get("bound", pd.Series(dtype=float)).dropna()
         if len(bounds):
             ax.scatter(nudge(x[bounds.index], shift), bounds, marker="v", s=40, facecolors="none", edgecolors=colour,
-                       label=f"{name}: no threshold in {len(bounds)} of {len(rows)} slices, at the widest value tried")
+                       label=f"{name}: no threshold in {len(bounds)} of {len(rows)} slices, at the widest value tried"
+                             + (" (share of its seeds that fitted the training data)" if "fitted_at_widest" in rows
+                                else ""))
+            for index, bound in bounds.items():
+                fitted = rows["fitted_at_widest"][index] if "fitted_at_widest" in rows else np.nan
+                if not np.isnan(fitted):
+                    ax.annotate(f"{fitted:.0%}", (nudge(x[index], shift), bound), xytext=(5, -3),
+                                textcoords="offset points", fontsize="x-small", color=colour)
     if len(known):
         line = np.geomspace(known.min() / 1.3, known.max() * 1.3, 50)
         ax.plot(line, line, "k--", linewidth=1, label="theory's scale (y = x)")

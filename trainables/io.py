@@ -16,7 +16,8 @@ from typing import Callable, IO
 
 from trainables.errors import ConfigError
 
-FINISHED = ("completed", "early_stopped", "diverged")  # statuses of a trial that ran to its end (any result.json)
+FINISHED = ("completed", "early_stopped", "diverged", "succeeded", "verdict_known")  # a trial with a result.json
+# (trainables/verdicts.py: "succeeded" stopped once it passed, "verdict_known" once its candidate was decided)
 ERROR_FILE = "error.txt"  # in a trial's directory: why its last attempt failed (removed once it finishes)
 
 

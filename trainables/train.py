@@ -31,6 +31,7 @@ from trainables.models import MODELS
 from trainables.optim import Phase
 from trainables.population import Batches, Stack, compile_mode, pack_key, stack_batches
 from trainables.tasks import Batch, task_of
+from trainables.verdicts import SUCCEEDED, VERDICT_KNOWN, Verdicts
 
 
 @dataclass
@@ -77,8 +78,10 @@ class TrainState:
     key: int  # the member's training-data stream (trainables/streams.py): a task with a batch_sampler draws from it
     stopper: EarlyStopping
     step: int = 0  # optimizer steps taken
-    status: str = "completed"  # stays "completed" while running; early_stopped or diverged end the run early
+    status: str = "completed"  # stays "completed" while running; early_stopped, diverged, succeeded or
+    # verdict_known (trainables/verdicts.py) end the run early
     diverged_because: str = ""  # what was not finite, and at which step
+    stopped_because: str = ""  # why a run that succeeded early or whose verdict was known stopped where it did
     loss_sum: float = 0.0  # training loss x count, hits and count over the scored positions since the last evaluation
     hits: float = 0.0
     count: int = 0
@@ -101,6 +104,9 @@ class TrainState:
 
     def diverge(self, metric: str, value: float) -> None:
         self.status, self.diverged_because = "diverged", f"{metric} = {value} at step {self.step}"
+
+    def stop(self, status: str, because: str) -> None:
+        self.status, self.stopped_because = status, because
 
     def train_metrics(self) -> dict[str, float]:
         """`train/loss` and `train/acc` since the last call, which starts a new window."""
@@ -193,7 +199,8 @@ def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[s
 def checkpoint(state: TrainState, metrics: dict, seconds: float, history: list[dict] = ()) -> dict:
     """The full training state after an evaluation (its `metrics`; `history`: every evaluation so far, with its step):
     what `restore` and the task's summary of the run need to continue exactly."""
-    return {"step": state.step, "status": state.status, "metrics": metrics, "history": list(history),
+    return {"step": state.step, "status": state.status, "stopped_because": state.stopped_because,
+            "metrics": metrics, "history": list(history),
             "final": state.status != "completed" or state.step >= state.total_steps,  # nothing left to resume
             "model": copy.deepcopy(state.model.state_dict()),
             "optimizers": [copy.deepcopy(phase.optimizer.state_dict()) for phase in state.phases],
@@ -207,6 +214,7 @@ def restore(state: TrainState, saved: dict) -> None:
     state.generator.set_state(saved["train_generator"])
     state.stopper = EarlyStopping(**saved["stopper"])
     state.status, state.step = saved["status"], saved["step"]
+    state.stopped_because = saved.get("stopped_because", "")
 
 
 def train(cfg, logger: Logger | None = None, resume: dict | None = None,
@@ -241,10 +249,15 @@ class Member:
 
 def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
                   on_checkpoint: Callable[[dict[int, dict]], None] | None = None,
-                  on_result: Callable[[int, Result], None] | None = None) -> list[Result]:
+                  on_result: Callable[[int, Result], None] | None = None,
+                  verdicts: Verdicts | None = None) -> list[Result]:
     """The one training loop: members of one shape (population.pack_key) step together on a population.Stack, each
     on its own fresh batch; every `eval.every` steps (and after the last) each is measured, and may stop early or
     diverge, alone. Returns one Result per config, each what training it alone would give.
+
+    verdicts (indices: positions in `cfgs`): a member stops as a success once its rule's streak of evaluations
+    passed, and once its group's verdict is decided by the results of the others (here or settled in it before
+    this call) it stops where it is, or is not trained at all.
 
     resumes[i]: a checkpoint of member i to continue from (members resumed together are at the same step).
     on_checkpoint receives {index: checkpoint} of the members whose evaluation was finite, after each evaluation once
@@ -254,26 +267,33 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
     members = [_start(i, cfg, logger, resume) for i, (cfg, logger, resume) in enumerate(zip(cfgs, loggers, resumes))]
     results: dict[int, Result] = {}
 
+    verdicts = verdicts or Verdicts({})
+
     def finish(member: Member) -> None:
         results[member.index] = _finish(member)
+        verdicts.settle(member.index, results[member.index].metrics)
         if on_result:
             on_result(member.index, results[member.index])
 
     for member in members:
-        if not member.training:  # resumed after it had stopped: nothing is left but its readout
+        if member.training and (because := verdicts.decided(member.index)):
+            member.state.stop(VERDICT_KNOWN, because)
+        if not member.training:  # resumed after it had stopped, or not needed: nothing is left but its readout
             finish(member)
     training = [m for m in members if m.training]
     if training:
         if len({m.state.step for m in training}) > 1 or len({pack_key(m.cfg) for m in training}) > 1:
             raise ValueError("members trained together need one pack_key and one step")
-        _train_together(training, on_checkpoint, finish)
+        _train_together(training, on_checkpoint, finish, verdicts)
     return [results[member.index] for member in members]
 
 
-def _train_together(training: list[Member], on_checkpoint, finish: Callable[[Member], None]) -> None:
+def _train_together(training: list[Member], on_checkpoint, finish: Callable[[Member], None],
+                    verdicts: Verdicts) -> None:
     """Step the members as one population until each has stopped. Between evaluations a step is the same host work
     whatever the member count (one batch draw, one Stack.step) and reads nothing back; at an evaluation every member
-    still going is measured, and may stop early or be found diverged."""
+    still going is measured, and may stop early, succeed, be found diverged, or stop because the others decided
+    its candidate's verdict."""
     first = training[0]
     stack = Stack([m.state for m in training], compile_mode(first.cfg))
     batches = Batches([m.cfg for m in training], [m.state for m in training])
@@ -287,13 +307,31 @@ def _train_together(training: list[Member], on_checkpoint, finish: Callable[[Mem
         step += 1
         bar.update()
         if step % every == 0 or step >= total:
-            _evaluate(stack, active, step, on_checkpoint)
-            for slot, member in list(active.items()):
-                if not member.training:
-                    stack.stop(slot)
-                    del active[slot]
-                    finish(member)
+            _evaluate(stack, active, step, on_checkpoint, verdicts)
+            for decide in (False, True):  # those that ended first: their results may decide the others' verdicts
+                for slot, member in list(active.items()):
+                    if decide and member.training and (because := verdicts.decided(member.index)):
+                        member.state.stop(VERDICT_KNOWN, because)  # at this evaluation: its last one is its result
+                    if not member.training:
+                        stack.stop(slot)
+                        del active[slot]
+                        finish(member)
+            if active and len(active) <= len(stack.states) // 2:
+                stack, batches, active = _shrunk(stack, active, first.cfg)
     bar.close()
+
+
+def _shrunk(stack: Stack, active: dict[int, Member], cfg) -> tuple[Stack, Batches, dict[int, Member]]:
+    """A stack of the members still training, for when at most half of its slots still train (a stopped member's
+    slot is masked, yet computed): each gets its slice of the optimizer state into its own optimizers, and its
+    parameters are in its own module since this evaluation. Each goes on exactly as before: its batches come from
+    its own stream at its step, whoever else is packed with it."""
+    members = list(active.values())
+    for slot, member in active.items():
+        for phase, optimizer_state in zip(member.state.phases, stack.optimizer_states(slot)):
+            phase.optimizer.load_state_dict(optimizer_state)
+    states = [member.state for member in members]
+    return Stack(states, compile_mode(cfg)), Batches([m.cfg for m in members], states), dict(enumerate(members))
 
 
 def _start(index: int, cfg, logger: Logger, resume: dict | None) -> Member:
@@ -307,10 +345,10 @@ def _start(index: int, cfg, logger: Logger, resume: dict | None) -> Member:
     return member
 
 
-def _evaluate(stack: Stack, active: dict[int, Member], step: int, on_checkpoint) -> None:
+def _evaluate(stack: Stack, active: dict[int, Member], step: int, on_checkpoint, verdicts: Verdicts) -> None:
     """At an evaluation step: read the stack's sums once; a member whose loss went non-finite since is diverged at
-    the step it did; measure every other one, keep its last finite evaluation, decide early stopping and
-    divergence, log it, then checkpoint it (with its slice of the optimizers) when finite."""
+    the step it did; measure every other one, keep its last finite evaluation, decide early stopping, early success
+    and divergence, log it, then checkpoint it (with its slice of the optimizers) when finite."""
     collected = stack.collect()
     measured = {}
     for slot, m in active.items():
@@ -331,6 +369,8 @@ def _evaluate(stack: Stack, active: dict[int, Member], step: int, on_checkpoint)
             m.finite = (copy.deepcopy(state.model.state_dict()), state.step, latest[slot])
             if state.stopper.should_stop(latest[slot]["id/loss"]):
                 state.status = "early_stopped"
+            elif (because := verdicts.passed(m.index, m.history)) and m.training:
+                state.stop(SUCCEEDED, because)
             states[m.index] = checkpoint(state, latest[slot], time.perf_counter() - m.started, m.history)
             states[m.index]["optimizers"] = stack.optimizer_states(slot)
         else:
@@ -363,6 +403,8 @@ def _finish(member: Member) -> Result:
     final |= readout_metrics | task.summary(cfg.task, member.history)
     member.logger.log_media(arrays, finite_step)
     final |= {"status": state.status, "steps": finite_step, "seconds": time.perf_counter() - member.started}
+    if state.stopped_because:
+        final["stopped_because"] = state.stopped_because
     if state.status == "diverged":  # whatever its last finite evaluation said, a diverged run does not generalize
         final |= {"ood/success": 0.0, "diverged_because": state.diverged_because}
     return Result(final, arrays)

@@ -25,6 +25,7 @@ from trainables.logger import trial_logger
 from trainables.models import MODELS
 from trainables.population import pack_key
 from trainables.train import save, train_members
+from trainables.verdicts import Rule, Verdicts
 
 STATE_FILE = "state.pt"
 
@@ -45,23 +46,25 @@ def report_checkpoint(states: dict[int, dict]) -> None:
 
 def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
     """params = {"trial": id} with plan[id] its members, or {"trial": id, "members": [...]} (a search's trials,
-    decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path, "job_type": verb}; base:
-    the config dict every point is applied to."""
+    decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path, "job_type": verb} and
+    optionally "verdict": a trainables.verdicts.Rule as a dict; base: the config dict every point is applied to."""
     members = params.get("members") or plan[params["trial"]]
     try:
         saved = _last_checkpoint()
+        verdicts = Verdicts({i: Rule(**m["verdict"]) for i, m in enumerate(members) if m.get("verdict")})
         cfgs: dict[int, config.Config] = {}
         groups: dict[tuple, list[int]] = {}
         for index, member in enumerate(members):
             finished = read_json(Path(member["dir"]) / "result.json")
             if finished is not None:  # finished in an earlier attempt or run: never trained twice
+                verdicts.settle(index, finished)
                 continue
             cfg = cfgs[index] = config.with_point(base, member["point"])
             step = saved[index]["step"] if index in saved else 0
             alone = None if MODELS[cfg.model.name].vectorize else index  # a model that does not vectorize: one by one
             groups.setdefault((pack_key(cfg), step, alone), []).append(index)
-        for indices in groups.values():
-            _train_group(members, {i: cfgs[i] for i in indices}, saved)
+        for indices in groups.values():  # one after another: a group's results may decide a later one's verdicts
+            _train_group(members, {i: cfgs[i] for i in indices}, saved, verdicts)
         # One result per trial, so that Tune has one (it prints an empty "Last result" line for a trial without any).
         tune.report({"members": len(members), "trained": len(cfgs)})
     except Exception as error:
@@ -82,9 +85,9 @@ def _record_error(members: list[dict], error: Exception) -> None:
                 pass
 
 
-def _train_group(members: list[dict], group: dict[int, config.Config], saved: dict) -> None:
+def _train_group(members: list[dict], group: dict[int, config.Config], saved: dict, verdicts: Verdicts) -> None:
     """Train these members (index -> config; one shape, one step) as one population, each logging to its own
-    directory."""
+    directory; `verdicts` holds the rules and verdicts of all the trial's members (by their index in `members`)."""
     indices = list(group)
     with ExitStack() as contexts:
         cfgs, loggers, resumes = [], [], []
@@ -109,7 +112,8 @@ def _train_group(members: list[dict], group: dict[int, config.Config], saved: di
             (Path(members[index]["dir"]) / ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's
 
         train_members(cfgs, loggers, resumes, on_result=finished,
-                      on_checkpoint=lambda states: report_checkpoint({indices[k]: s for k, s in states.items()}))
+                      on_checkpoint=lambda states: report_checkpoint({indices[k]: s for k, s in states.items()}),
+                      verdicts=verdicts.of(indices))
 
 
 def _last_checkpoint() -> dict[int, dict]:

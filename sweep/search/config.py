@@ -16,8 +16,10 @@ from trainables.models import MODELS
 from trainables.errors import require
 from trainables.tasks import task_of, threshold_problem
 from trainables.train import train
+from trainables.verdicts import StopConfig
 
 SAMPLERS = ("threshold", "tpe", "grid")
+STREAK = 3  # search.stop.streak's default: docs/PERFORMANCE.md "Verdict-aware stopping" measured what it saves and risks
 
 
 @dataclass
@@ -92,6 +94,10 @@ class SearchConfig:
     per_round: int = 1  # candidates a study asks per round (tpe and grid; bisection asks one at a time)
     guide: GuideConfig = field(default_factory=GuideConfig)  # threshold: carry verdicts between slices (sweep/guide.py)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    # Training stops once a verdict is known (trainables/verdicts.py): a seed after STREAK passing evaluations in a
+    # row, a candidate's other seeds once its m-of-n verdict is decided. Not part of the experiment (its fingerprint):
+    # it changes what training costs, not what is asked.
+    stop: StopConfig = field(default_factory=lambda: StopConfig(streak=STREAK, decided=True))
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     pack: int = 0  # members (trained seeds of one shape) per Tune trial, trained as one; 0 = auto
     max_concurrent: int = 0
@@ -128,8 +134,8 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
          "must be >= 1, and 1 for the threshold sampler (bisection is sequential)"),
         ("search.success.direction", success.direction in (">=", "<="), "must be >= or <="),
         ("search.success.threshold", threshold_issue is None, threshold_issue),
-        ("search.success.seeds", bool(success.seeds) and len(set(success.seeds)) == len(success.seeds),
-         "needs at least one seed, each once"),
+        ("search.success.seeds", bool(success.seeds) and len(set(success.seeds)) == len(success.seeds)
+         and min(success.seeds, default=0) >= 0, "needs at least one seed, each once, none negative"),
         ("search.success.min_seeds", 1 <= success.min_seeds <= len(success.seeds), "must be in 1..len(seeds)"),
         ("search.budget.per_slice", search.budget.per_slice >= 1, "must be >= 1"),
         ("search.budget.total", search.budget.total >= 0, "must be >= 0"),
@@ -149,6 +155,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ]
     checks += [(f"search.reference.{key}", is_key(key), "is not a key of the trial config") for key in search.reference]
     require(*checks)
+    search.stop.validate("search")
     reported = reported_metrics(base)
     require(*((f"search.{key}", not name or name in reported, f"{name} is not a metric of this task's trials (they "
                f"report {', '.join(sorted(m for m in reported if '/' in m))})")

@@ -27,6 +27,7 @@ from sweep.space import point_id, read_error, read_result
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.io import read_json, write_json
+from trainables.verdicts import VERDICT_KNOWN, Rule
 
 
 POLL_S = 2.0  # while other drivers train what is left, look at the studies again this often
@@ -52,6 +53,24 @@ def seeds_for(study: optuna.Study, search: SearchConfig, trial: optuna.Trial) ->
     return [seed + k * stride for seed in search.success.seeds]
 
 
+def verdict_rule(search: SearchConfig):
+    """point -> the rule its member is judged and stopped by (trainables/verdicts.py, search.stop): the search's
+    success, and with stop.decided its candidate's seeds as one group (the point without its seed, and which block of
+    seeds_for it is: a re-evaluation is a group of its own). None for every point with stopping off."""
+    success, stop = search.success, search.stop
+    if not stop.streak and not stop.decided:
+        return lambda point: None
+    lowest, stride = min(success.seeds), max(success.seeds) + 1
+    size = len(success.seeds) if stop.decided else 1
+
+    def rule(point: dict) -> dict:
+        candidate = point_id({k: v for k, v in point.items() if k != "seed"})
+        return Rule(success.metric, success.threshold, success.direction == ">=", stop.streak,
+                    group=f"{candidate}@{(point['seed'] - lowest) // stride}",
+                    needed=success.min_seeds if stop.decided else 1, size=size).to_dict()
+    return rule
+
+
 def reference_points(all_slices: list[Slice], search: SearchConfig) -> list[dict]:
     """search.reference applied to each slice, with the success seeds; slices that agree on it share its trials."""
     if not search.reference:
@@ -69,7 +88,8 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
     heartbeat = owners.Heartbeat(owners.Roster(studies[all_slices[0].study_name]))
     try:
         tuner.run_rounds(base, search, rounds(base, search, all_slices, studies, out, extend, progress, heartbeat), out,
-                         summary)
+                         summary, verdict=verdict_rule(search),
+                         group_size=len(search.success.seeds) if search.stop.decided else 1)
     finally:
         heartbeat.stop()
 
@@ -260,8 +280,12 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
     success = search.success
     # A diverged seed does not generalize, whatever its last finite evaluation said.
     margins = [-math.inf if r.get("status") == "diverged" else success.margin(r.get(success.metric)) for r in results]
+    # A seed stopped once the others decided the candidate's verdict has none of its own: it is not counted, and
+    # ranks (for TPE's graded shortfall) by its last evaluation, as a failure.
+    judged = [r.get("status") != VERDICT_KNOWN for r in results]
+    margins = [m if own else min(m, -1e-9) for m, own in zip(margins, judged)]
     trial.set_user_attr("successes", sum(m >= 0 for m in margins))
-    trial.set_user_attr("seeds", len(results))
+    trial.set_user_attr("seeds", sum(judged))
     shortfall = -sorted(margins, reverse=True)[success.min_seeds - 1]
     trial.set_constraint("success", min(shortfall, 1e6))  # finite: a NaN metric is a large shortfall
     if not search.minimize:

@@ -149,7 +149,7 @@ def assert_tiny_search_answers(config_text: str, metric: str, tmp_path: Path) ->
     proc = headsweep("search", config_file, "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = pd.read_csv(out / "trials.csv")
-    assert len(trials) >= 1 and set(trials["status"]) == {"completed"} and trials[metric].notna().all()
+    assert len(trials) >= 1 and set(trials["status"]) <= {"completed", "succeeded", "verdict_known"} and trials[metric].notna().all()
     answer = pd.read_csv(out / "min_diversity.csv")  # the smallest knob value that passed, or none
     passed = trials[trials["feasible"] == True]["candidate"]  # noqa: E712 (a column of True, False and NaN)
     assert len(answer) == 1

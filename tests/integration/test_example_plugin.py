@@ -61,7 +61,7 @@ def test_a_search_over_the_examples_knob(tmp_path):
                      env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = pd.read_csv(out / "trials.csv")
-    assert len(trials) >= 1 and set(trials["status"]) == {"completed"}
+    assert len(trials) >= 1 and set(trials["status"]) <= {"completed", "succeeded", "verdict_known"}
     assert trials["task.n_train_keys"].between(4, 12).all()
     assert len(pd.read_csv(out / "min_diversity.csv")) == 1 and (out / "study.journal").exists()
 

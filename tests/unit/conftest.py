@@ -17,7 +17,7 @@ def fake_executor(monkeypatch, accuracy, metric: str = "ood/acc") -> list[list[d
     the list of every call's points."""
     calls = []
 
-    def run_rounds(base, search, rounds, out, summary=None, job_type="search"):
+    def run_rounds(base, search, rounds, out, summary=None, job_type="search", **packing):  # verdict, group_size
         for points in rounds:  # the generator tells each round's results when it is resumed for the next
             calls.append(points)
             for point in points:

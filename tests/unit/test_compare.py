@@ -73,3 +73,20 @@ def test_searches_of_different_diversity_measures_are_refused_and_nothing_writte
     with pytest.raises(ConfigError, match="DIR: the searches measure different things"):
         compare([two, tmp_path / "markov"], tmp_path / "out" / "f.png")
     assert not (tmp_path / "out").exists()  # neither the figure nor its table, nor their folder
+
+
+def test_a_slice_without_a_threshold_says_how_many_seeds_at_its_widest_value_fitted_their_training_data(tmp_path):
+    """From trials.csv: at the widest width tried (5), 1 of the 2 seeds with a verdict of their own reached
+    id/acc >= 0.99 (a seed stopped once its candidate was decided, and a narrower width, do not count)."""
+    two = search_dir(tmp_path, "two", [], [
+        {"task.lengths.low": 2, "diversity_star": 4, "data/max_sum_ratio": 0.31, "study": "two.low=2"},
+        {"task.lengths.low": 4, "diversity_star": np.nan, "below_star": 5, "study": "two.low=4"}])
+    seed = lambda study, width, status, id_acc: {"study": study, "task.lengths.width": width, "status": status,
+                                                 "id/acc": id_acc}
+    pd.DataFrame([seed("two.low=4", 5, "completed", 1.0), seed("two.low=4", 5, "completed", 0.4),
+                  seed("two.low=4", 5, "verdict_known", 0.3), seed("two.low=4", 4, "completed", 0.2),
+                  seed("two.low=4", 5, "error", np.nan), seed("two.low=2", 4, "succeeded", 1.0)]
+                 ).to_csv(two / "trials.csv", index=False)
+    _, table = compare([two], tmp_path / "f.png")
+    fitted = pd.read_csv(table)["fitted_at_widest"]
+    assert np.isnan(fitted.iloc[0]) and fitted.iloc[1] == 0.5

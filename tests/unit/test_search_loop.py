@@ -14,7 +14,7 @@ from sweep.search.config import SuccessConfig, load_search
 from tests.conftest import CONFIGS
 from tests.unit.conftest import WIDTH_NEEDED, fake_executor
 from trainables.errors import ConfigError
-from trainables.io import ERROR_FILE, atomic_write
+from trainables.io import ERROR_FILE, atomic_write, write_json
 
 def setup(tmp_path, *overrides):
     base, search = load_search(CONFIGS / "debug_search.yaml", list(overrides))
@@ -160,7 +160,7 @@ def test_a_seed_that_fails_on_every_try_fails_its_candidate_with_its_error_in_tr
     fake_executor(monkeypatch, lambda point, m: 1.0 if point["task.lengths.width"] >= WIDTH_NEEDED else 0.2)
     fake_run_rounds = tuner.run_rounds
 
-    def failing_at_needed(base, search, rounds, out, summary=None, job_type="search"):
+    def failing_at_needed(base, search, rounds, out, summary=None, job_type="search", **packing):
         def erring(rounds):  # between the fake's writes and the tell: the width that would first succeed errs
             for points in rounds:
                 yield points
@@ -181,3 +181,30 @@ def test_a_seed_that_fails_on_every_try_fails_its_candidate_with_its_error_in_tr
     for study in studies.values():
         failed = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.FAIL]
         assert failed and {t.user_attrs["failed_because"] for t in failed} == {OOM}
+
+
+def test_a_seed_stopped_once_its_candidate_was_decided_has_no_verdict_of_its_own(tmp_path):
+    """Seed 0 failed (2 of 2 needed), so seed 1 stopped where it was (verdict_known): it counts neither as a success,
+    although its last evaluation passed, nor among the seeds; the candidate fails."""
+    base, search, [sl, _], studies, _ = setup(tmp_path, "search.success.seeds=[0,1]", "search.success.min_seeds=2")
+    study = studies[sl.study_name]
+    trial = study.ask(sl.distributions(search.knob.key))
+    points = [sl.point | trial.params | {"seed": seed} for seed in (0, 1)]
+    write_json(space.trial_dir(tmp_path, points[0]) / "result.json", {"ood/acc": 0.5, "status": "completed"})
+    write_json(space.trial_dir(tmp_path, points[1]) / "result.json", {"ood/acc": 0.95, "status": "verdict_known"})
+    loop.tell(study, trial, points, search, tmp_path)
+    [told] = study.get_trials()
+    assert told.user_attrs["successes"] == 0 and told.user_attrs["seeds"] == 1 and told.constraints["success"] > 0
+
+
+def test_a_search_rule_groups_each_evaluations_seeds_apart(tmp_path):
+    """Seeds [0, 1] are the first evaluation of a candidate, [2, 3] its re-check (seeds_for): two groups."""
+    _, search, *_ = setup(tmp_path, "search.success.seeds=[0,1]", "search.success.min_seeds=2")
+    rule = loop.verdict_rule(search)
+    groups = [rule({"task.lengths.low": 2, "task.lengths.width": 3, "seed": s})["group"] for s in range(4)]
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+    assert rule({"task.lengths.low": 2, "task.lengths.width": 3, "seed": 0}) | {"group": ""} == {
+        "metric": "ood/acc", "threshold": 0.9, "above": True, "streak": 3, "group": "", "needed": 2, "size": 2}
+    off = loop.verdict_rule(load_search(CONFIGS / "debug_search.yaml", ["search.stop.streak=0",
+                                                                       "search.stop.decided=false"])[1])
+    assert off({"task.lengths.low": 2, "seed": 0}) is None

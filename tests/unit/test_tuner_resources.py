@@ -75,3 +75,27 @@ def test_the_work_done_while_leaving_ray_returns_or_raises_in_the_caller_with_th
     with pytest.raises(KeyError, match="report"):
         tuner.disconnect_while(lambda: {}["report"])
     assert gc.isenabled()
+
+
+def test_a_candidates_seeds_share_a_trial_so_that_they_can_stop_each_other(cluster):
+    """Chunks of `pack` members never split one verdict group (a candidate's seeds, consecutive) unless it alone is
+    larger than `pack`; members without a group chunk as before."""
+    cluster += [{"Alive": True, "Resources": {"CPU": 2.0, "memory": 2.0 ** 34}}]
+    base, sweep, points = load_sweep(CONFIGS / "debug_grid.yaml", ["sweep.seeds=[0,1]"])  # 4 cells x 2 seeds
+    grouped = lambda point: {"group": f"{point['task.lengths.low']},{point['task.lengths.high']}"}
+    sizes = lambda members, pack: [len(c) for c in tuner.plan(config.to_dict(base), members, pack, 0).values()]
+    with_groups = tuner.members(points, Path("/nonexistent"), verdict=grouped)
+    assert sizes(with_groups, 3) == [2, 2, 2, 2]  # 3 would split a candidate: 2 a trial
+    assert sizes(with_groups, 4) == [4, 4] and sizes(with_groups, 1) == [1] * 8
+    for chunk in tuner.plan(config.to_dict(base), with_groups, 3, 0).values():
+        assert len({m["verdict"]["group"] for m in chunk}) == 1
+    assert sizes(tuner.members(points, Path("/nonexistent")), 3) == [3, 3, 2]
+
+
+def test_auto_packing_rounds_up_to_whole_candidates(monkeypatch):
+    monkeypatch.setattr(tuner.ray, "cluster_resources", lambda: {"CPU": 2.0})
+    sweep_section = load_sweep(CONFIGS / "debug_grid.yaml", [])[1]
+    assert sweep_section.pack == 0
+    assert tuner.members_per_trial(sweep_section, 4) == 1  # 4 members over 2 slots x 4 trials: 1 a trial
+    assert tuner.members_per_trial(sweep_section, 4, group_size=3) == 3
+    assert tuner.members_per_trial(sweep_section, 40, group_size=2) == 6  # 5, rounded up to whole pairs

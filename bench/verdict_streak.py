@@ -1,0 +1,83 @@
+"""What `search.stop.streak` would save and risk, replayed on a search that trained every seed to its end
+(`search.stop.streak=0 search.stop.decided=false`): for each streak k, the training steps it would have taken and the
+candidates whose verdict it would have changed.
+
+    .venv/bin/python bench/verdict_streak.py runs/transformer_search_full [--streaks 1 2 3 4 5]
+
+Each seed's metrics.jsonl holds every evaluation. With streak k a seed stops at the k-th passing evaluation in a
+row (before its last step) and counts as a success there; else it trains to its end and its result.json decides. A
+candidate succeeds when min_seeds of its seeds do; with min_seeds = len(seeds) a failed seed stops its candidate's
+others (verdict_known) only at its own end, which with every seed training equally long saves nothing here. A
+candidate whose verdict changes would send bisection elsewhere: the replay counts them; with none, the search with
+stopping asks the same candidates and gives the same answers. Prints one table row per k.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from sweep.space import trial_dir
+
+
+def passes(value, threshold: float, above: bool) -> bool:
+    return isinstance(value, (int, float)) and (value >= threshold if above else value <= threshold)
+
+
+def replay(out: Path, streaks: list[int]) -> pd.DataFrame:
+    search = yaml.safe_load((out / "config.yaml").read_text())["search"]
+    success = search["success"]
+    metric, threshold, above = success["metric"], success["threshold"], success.get("direction", ">=") == ">="
+    trials = pd.read_csv(out / "trials.csv")
+    trials = trials[trials["state"] == "COMPLETE"]
+    point_keys = list(trials.columns[1:list(trials.columns).index("candidate")])
+    seeds = []
+    for _, row in trials.iterrows():
+        point = {k: row[k].item() if hasattr(row[k], "item") else row[k] for k in point_keys}
+        directory = trial_dir(out, point)
+        history = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+        result = json.loads((directory / "result.json").read_text())
+        final = result.get("status") != "diverged" and passes(result.get(metric), threshold, above)
+        seeds.append({"candidate": (row["study"], row["optuna_trial"]), "history": history, "final": final,
+                      "steps": result["steps"], "feasible": bool(row["feasible"])})
+    rows = []
+    for k in [0, *streaks]:
+        steps, verdicts = 0, {}
+        false_successes = 0
+        for seed in seeds:
+            stop = _stop_step(seed["history"], seed["steps"], k, metric, threshold, above) if k else None
+            steps += stop or seed["steps"]
+            succeeded = stop is not None or seed["final"]
+            false_successes += stop is not None and not seed["final"]
+            verdicts.setdefault(seed["candidate"], []).append(succeeded)
+        feasible = {s["candidate"]: s["feasible"] for s in seeds}
+        changed = sum((sum(v) >= success["min_seeds"]) != feasible[c] for c, v in verdicts.items())
+        rows.append({"streak": k or "off", "training steps": steps, "share of steps": round(steps / rows[0]["training steps"], 3)
+                     if rows else 1.0, "seeds that stopped as successes but failed at the end": false_successes,
+                     "candidates whose verdict changes": changed, "candidates": len(verdicts)})
+    return pd.DataFrame(rows)
+
+
+def _stop_step(history: list[dict], last: int, k: int, metric: str, threshold: float, above: bool) -> int | None:
+    """The step at which a seed with streak k stops as a success, or None if it trains to its end."""
+    run = 0
+    for record in history:
+        run = run + 1 if passes(record.get(metric), threshold, above) else 0
+        if run >= k and record["step"] < last:
+            return record["step"]
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="a search's output directory, every seed trained to its end")
+    parser.add_argument("--streaks", type=int, nargs="+", default=[1, 2, 3, 4, 5, 8])
+    args = parser.parse_args()
+    print(replay(args.out, args.streaks).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

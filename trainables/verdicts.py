@@ -1,0 +1,108 @@
+"""Training that stops once its verdict is known (`search.stop`, `sweep.stop`).
+
+A threshold search needs each candidate's verdict, not its full training curve. Two things settle it early:
+- a member whose success metric has passed the threshold at `streak` evaluations in a row stops as a success
+  (status "succeeded"); its result is that last evaluation;
+- the seeds of one candidate form a group that needs `needed` of its `size` seeds to succeed: once that many have
+  succeeded, or too many have failed for it to be reachable, the group's other seeds stop (status "verdict_known")
+  where they are, or before they start.
+A seed stopped because its group was decided has no verdict of its own: the search counts only the seeds that have
+one (sweep/search/loop.py tell()).
+
+The driver writes each member's Rule into its trial's plan (a member dict's "verdict"); a trial builds one Verdicts
+from its members' rules and from the results its members left in earlier attempts, so a retried trial decides as an
+uninterrupted one would.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from trainables.errors import require
+
+SUCCEEDED = "succeeded"  # passed the threshold at `streak` evaluations in a row, stopped there
+VERDICT_KNOWN = "verdict_known"  # stopped (or never started) because its candidate's verdict was decided
+
+
+@dataclass
+class StopConfig:
+    """When a sweep stops training because the answer is known."""
+
+    streak: int = 0  # stop a member as a success once its success metric passed the threshold at this many
+    # evaluations in a row; 0: every member trains to its last step (or early stopping)
+    decided: bool = False  # search only: stop a candidate's other seeds once its m-of-n verdict is decided
+
+    def validate(self, section: str) -> None:
+        require((f"{section}.stop.streak", self.streak >= 0, "must be >= 0 (0 trains every member to its end)"))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one member is judged, and the group (its candidate's seeds) whose verdict it shares."""
+
+    metric: str
+    threshold: float
+    above: bool  # success is metric >= threshold (else <=)
+    streak: int  # see StopConfig.streak; 0: never stops on success alone
+    group: str  # members with the same group are one candidate's seeds
+    needed: int = 1  # m: the group succeeds once this many of its seeds succeeded
+    size: int = 1  # n: the group's seeds
+
+    def passes(self, metrics: dict) -> bool:
+        value = metrics.get(self.metric)
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            return False
+        return value >= self.threshold if self.above else value <= self.threshold
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Verdicts:
+    """The members' success streaks and their groups' m-of-n verdicts, for the members of one trial (by index)."""
+
+    def __init__(self, rules: dict[int, Rule]):
+        self.rules = rules
+        self.outcomes: dict[str, list[bool]] = {}  # group -> the verdicts of its seeds that ended with one
+
+    def of(self, indices: list[int]) -> Verdicts:
+        """The same verdicts for a subset of the members, renumbered 0.. in the order of `indices` (what one
+        train_members call sees); outcomes settled through it count here too."""
+        view = Verdicts({k: self.rules[i] for k, i in enumerate(indices) if i in self.rules})
+        view.outcomes = self.outcomes
+        return view
+
+    def passed(self, index: int, history: list[dict]) -> str | None:
+        """Why the member stops as a success after its latest evaluation (`history`: every evaluation so far), or
+        None: its success metric passed the threshold at its rule's streak of evaluations in a row."""
+        rule = self.rules.get(index)
+        if rule is None or not rule.streak or len(history) < rule.streak:
+            return None
+        recent = history[-rule.streak:]
+        if not all(rule.passes(metrics) for metrics in recent):
+            return None
+        sign = ">=" if rule.above else "<="
+        return (f"{rule.metric} {sign} {rule.threshold:g} at {rule.streak} evaluations in a row "
+                f"(steps {recent[0]['step']}-{recent[-1]['step']})")
+
+    def settle(self, index: int, result: dict) -> None:
+        """Count a member's final result in its group: a success if it passes and did not diverge; a member stopped
+        because the verdict was known has none of its own."""
+        rule = self.rules.get(index)
+        if rule is None or result.get("status") == VERDICT_KNOWN:
+            return
+        succeeded = result.get("status") != "diverged" and rule.passes(result)
+        self.outcomes.setdefault(rule.group, []).append(succeeded)
+
+    def decided(self, index: int) -> str | None:
+        """Why the member's group needs none of its further training, or None while its verdict is open."""
+        rule = self.rules.get(index)
+        if rule is None or rule.size < 2:
+            return None
+        outcomes = self.outcomes.get(rule.group, [])
+        successes, failures = sum(outcomes), len(outcomes) - sum(outcomes)
+        if successes >= rule.needed:
+            return f"its candidate succeeded: {successes} of {rule.size} seeds passed, {rule.needed} needed"
+        if rule.size - failures < rule.needed:
+            return f"its candidate failed: {failures} of {rule.size} seeds failed, {rule.needed} needed to pass"
+        return None

@@ -108,6 +108,8 @@ def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_noth
     (["search.success.min_seeds=2"], "search.success.min_seeds"),
     (["search.success.threshold=2"], "search.success.threshold"),  # ood/acc lies in [0, 1]
     (["search.success.metric=ood/accc"], "search.success.metric"),  # no trial reports it: a dry run says so
+    (["search.stop.streak=-1"], "search.stop.streak"),
+    (["search.success.seeds=[-1]"], "search.success.seeds"),  # the seed blocks of re-checks need seeds >= 0
     (["--extend", "-1"], "--extend"),
     (["--storage", "postgresql://nobody@127.0.0.1:9/none"], "--storage"),
 ])

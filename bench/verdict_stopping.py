@@ -1,15 +1,18 @@
-"""What `search.stop.streak` would save and risk, replayed on a search that trained every seed to its end
-(`search.stop.streak=0 search.stop.decided=false`): for each streak k, the training steps it would have taken and the
-candidates whose verdict it would have changed.
+"""Verdict-aware stopping (search.stop) measured on finished searches: the same search trained to the end
+(`search.stop.streak=0 search.stop.decided=false`) and with stopping, side by side (answers, trainings, training steps,
+the trials' own seconds), and what each streak would have saved and risked, replayed on the full one.
 
-    .venv/bin/python bench/verdict_streak.py runs/transformer_search_full [--streaks 1 2 3 4 5]
+    .venv/bin/python bench/verdict_stopping.py runs/transformer_search_full runs/transformer_search
+    .venv/bin/python bench/verdict_stopping.py runs/transformer_search_full --streaks 1 2 3 4 5
 
-Each seed's metrics.jsonl holds every evaluation. With streak k a seed stops at the k-th passing evaluation in a
-row (before its last step) and counts as a success there; else it trains to its end and its result.json decides. A
-candidate succeeds when min_seeds of its seeds do; with min_seeds = len(seeds) a failed seed stops its candidate's
-others (verdict_known) only at its own end, which with every seed training equally long saves nothing here. A
-candidate whose verdict changes would send bisection elsewhere: the replay counts them; with none, the search with
-stopping asks the same candidates and gives the same answers. Prints one table row per k.
+Wall time is the driver's, measured around the two commands (docs/PERFORMANCE.md gives them).
+
+The replay: each seed's metrics.jsonl holds every evaluation. With streak k a seed stops at the k-th passing
+evaluation in a row (before its last step) and counts as a success there; else it trains to its end and its
+result.json decides. A candidate succeeds when min_seeds of its seeds do; with min_seeds = len(seeds) a failed seed
+stops its candidate's others (verdict_known) only at its own end, which with every seed training equally long saves
+nothing here. A candidate whose verdict changes would send bisection elsewhere: the replay counts them; with none,
+the search with stopping asks the same candidates and gives the same answers. Prints one table row per k.
 """
 from __future__ import annotations
 
@@ -71,12 +74,32 @@ def _stop_step(history: list[dict], last: int, k: int, metric: str, threshold: f
     return None
 
 
+def side_by_side(full: Path, stopped: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The two searches' min_diversity tables joined per slice, and their totals (trainings, statuses, steps,
+    seconds) as one row each."""
+    tables = [pd.read_csv(out / "min_diversity.csv").drop(columns=["study"]) for out in (full, stopped)]
+    keys = [c for c in tables[0].columns if c.startswith(("task.", "model.", "optim."))]
+    answers = tables[0].merge(tables[1], on=keys, suffixes=(" full", " stopped"))
+    totals = []
+    for name, out in (("full", full), ("stopped", stopped)):
+        trials = pd.read_csv(out / "trials.csv")
+        totals.append({"search": name, "trainings": len(trials), "training steps": int(trials["steps"].sum()),
+                       "trials' seconds": round(trials["seconds"].sum()),
+                       **trials["status"].value_counts().to_dict()})
+    return answers, pd.DataFrame(totals)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="a search's output directory, every seed trained to its end")
+    parser.add_argument("full", type=Path, help="a search's output directory, every seed trained to its end")
+    parser.add_argument("stopped", type=Path, nargs="?", help="the same search with search.stop")
     parser.add_argument("--streaks", type=int, nargs="+", default=[1, 2, 3, 4, 5, 8])
     args = parser.parse_args()
-    print(replay(args.out, args.streaks).to_string(index=False))
+    pd.set_option("display.width", 200)
+    if args.stopped:
+        answers, totals = side_by_side(args.full, args.stopped)
+        print(answers.to_string(index=False), totals.fillna(0).to_string(index=False), sep="\n\n", end="\n\n")
+    print(replay(args.full, args.streaks).to_string(index=False))
 
 
 if __name__ == "__main__":

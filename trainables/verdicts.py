@@ -6,8 +6,8 @@ A threshold search needs each candidate's verdict, not its full training curve. 
 - the seeds of one candidate form a group that needs `needed` of its `size` seeds to succeed: once that many have
   succeeded, or too many have failed for it to be reachable, the group's other seeds stop (status "verdict_known")
   where they are, or before they start.
-A seed stopped because its group was decided has no verdict of its own: the search counts only the seeds that have
-one (sweep/search/loop.py tell()).
+A seed stopped because its group was decided has no verdict of its own: the search counts it as not passing
+(sweep/search/loop.py tell()), so each evaluation's verdict is the one its seeds decided.
 
 The driver writes each member's Rule into its trial's plan (a member dict's "verdict"); a trial builds one Verdicts
 from its members' rules and from the results its members left in earlier attempts, so a retried trial decides as an

@@ -280,12 +280,12 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
     success = search.success
     # A diverged seed does not generalize, whatever its last finite evaluation said.
     margins = [-math.inf if r.get("status") == "diverged" else success.margin(r.get(success.metric)) for r in results]
-    # A seed stopped once the others decided the candidate's verdict has none of its own: it is not counted, and
-    # ranks (for TPE's graded shortfall) by its last evaluation, as a failure.
-    judged = [r.get("status") != VERDICT_KNOWN for r in results]
-    margins = [m if own else min(m, -1e-9) for m, own in zip(margins, judged)]
+    # A seed stopped once the others decided the candidate's verdict has no verdict of its own: it counts as not
+    # passing (ranked by its last evaluation for TPE's graded shortfall), so the candidate's verdict is the one its
+    # seeds decided, and its success rate a lower bound of the one training every seed would give.
+    margins = [min(m, -1e-9) if r.get("status") == VERDICT_KNOWN else m for m, r in zip(margins, results)]
     trial.set_user_attr("successes", sum(m >= 0 for m in margins))
-    trial.set_user_attr("seeds", sum(judged))
+    trial.set_user_attr("seeds", len(results))
     shortfall = -sorted(margins, reverse=True)[success.min_seeds - 1]
     trial.set_constraint("success", min(shortfall, 1e6))  # finite: a NaN metric is a large shortfall
     if not search.minimize:

@@ -184,8 +184,8 @@ def test_a_seed_that_fails_on_every_try_fails_its_candidate_with_its_error_in_tr
 
 
 def test_a_seed_stopped_once_its_candidate_was_decided_has_no_verdict_of_its_own(tmp_path):
-    """Seed 0 failed (2 of 2 needed), so seed 1 stopped where it was (verdict_known): it counts neither as a success,
-    although its last evaluation passed, nor among the seeds; the candidate fails."""
+    """Seed 0 failed (2 of 2 needed), so seed 1 stopped where it was (verdict_known): it does not count as a success,
+    although its last evaluation passed; the candidate fails, with 0 of its 2 seeds passing."""
     base, search, [sl, _], studies, _ = setup(tmp_path, "search.success.seeds=[0,1]", "search.success.min_seeds=2")
     study = studies[sl.study_name]
     trial = study.ask(sl.distributions(search.knob.key))
@@ -194,7 +194,7 @@ def test_a_seed_stopped_once_its_candidate_was_decided_has_no_verdict_of_its_own
     write_json(space.trial_dir(tmp_path, points[1]) / "result.json", {"ood/acc": 0.95, "status": "verdict_known"})
     loop.tell(study, trial, points, search, tmp_path)
     [told] = study.get_trials()
-    assert told.user_attrs["successes"] == 0 and told.user_attrs["seeds"] == 1 and told.constraints["success"] > 0
+    assert told.user_attrs["successes"] == 0 and told.user_attrs["seeds"] == 2 and told.constraints["success"] > 0
 
 
 def test_a_search_rule_groups_each_evaluations_seeds_apart(tmp_path):

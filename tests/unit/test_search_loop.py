@@ -10,7 +10,7 @@ import pytest
 from sweep import space, tuner
 from sweep.search import bisection, loop, tables
 from sweep.search import studies as search_studies
-from sweep.search.config import SuccessConfig, load_search
+from sweep.search.config import STREAK, SuccessConfig, load_search
 from tests.conftest import CONFIGS
 from tests.unit.conftest import WIDTH_NEEDED, fake_executor
 from trainables.errors import ConfigError
@@ -204,7 +204,7 @@ def test_a_search_rule_groups_each_evaluations_seeds_apart(tmp_path):
     groups = [rule({"task.lengths.low": 2, "task.lengths.width": 3, "seed": s})["group"] for s in range(4)]
     assert groups[0] == groups[1] != groups[2] == groups[3]
     assert rule({"task.lengths.low": 2, "task.lengths.width": 3, "seed": 0}) | {"group": ""} == {
-        "metric": "ood/acc", "threshold": 0.9, "above": True, "streak": 3, "group": "", "needed": 2, "size": 2}
+        "metric": "ood/acc", "threshold": 0.9, "above": True, "streak": STREAK, "group": "", "needed": 2, "size": 2}
     off = loop.verdict_rule(load_search(CONFIGS / "debug_search.yaml", ["search.stop.streak=0",
                                                                        "search.stop.decided=false"])[1])
     assert off({"task.lengths.low": 2, "seed": 0}) is None

@@ -58,8 +58,9 @@ def replay(out: Path, streaks: list[int]) -> pd.DataFrame:
             verdicts.setdefault(seed["candidate"], []).append(succeeded)
         feasible = {s["candidate"]: s["feasible"] for s in seeds}
         changed = sum((sum(v) >= success["min_seeds"]) != feasible[c] for c, v in verdicts.items())
-        rows.append({"streak": k or "off", "training steps": steps, "share of steps": round(steps / rows[0]["training steps"], 3)
-                     if rows else 1.0, "seeds that stopped as successes but failed at the end": false_successes,
+        share = round(steps / rows[0]["training steps"], 3) if rows else 1.0
+        rows.append({"streak": k or "off", "training steps": steps, "share of steps": share,
+                     "seeds that stopped as successes but failed at the end": false_successes,
                      "candidates whose verdict changes": changed, "candidates": len(verdicts)})
     return pd.DataFrame(rows)
 

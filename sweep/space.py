@@ -119,8 +119,8 @@ def verdict_rule(base: config.Config, sweep: SweepConfig):
     task, streak = task_of(base), sweep.stop.streak
     if not streak:
         return lambda point: None
-    return lambda point: Rule(task.success_metric, point.get("eval.threshold", base.eval.threshold), task.success_above,
-                              streak, group=point_id(point)).to_dict()
+    return lambda point: Rule(task.success_metric, point.get("eval.threshold", base.eval.threshold),
+                              task.success_above, streak, group=point_id(point)).to_dict()
 
 
 def axis_values(axis: AxisConfig, where: str) -> list[Any]:

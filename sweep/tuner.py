@@ -143,9 +143,10 @@ def members(points: list[dict], out: Path, job_type: str = "grid",
 def plan(base_dict: dict, all_members: list[dict], pack: int, gpu: float,
          pack_setting: str = "sweep.pack") -> dict[str, list[dict]]:
     """Tune trial id -> its members: members of one shape (population.pack_key) in chunks of `pack`, in point order,
-    a candidate's seeds (one verdict group) in one chunk, so that they can stop each other (chunks). The ids are a function of the points and `pack`, so a restored experiment finds its trials again. A trial must
-    fit in the memory of the cluster's largest node, and a member on cuda needs `gpu` > 0 per trial (Ray hides the
-    GPUs from a trial that asks for none): else ConfigError."""
+    a candidate's seeds (one verdict group) in one chunk, so that they can stop each other (chunks). The ids are a
+    function of the points and `pack`, so a restored experiment finds its trials again. A trial must fit in the memory
+    of the cluster's largest node, and a member on cuda needs `gpu` > 0 per trial (Ray hides the GPUs from a trial
+    that asks for none): else ConfigError."""
     section = pack_setting.split(".")[0]
     groups: dict[tuple, list[dict]] = {}
     largest: dict[tuple, tuple[dict[str, int], config.Config]] = {}  # per shape: the largest member's needs, config
@@ -172,10 +173,10 @@ def plan(base_dict: dict, all_members: list[dict], pack: int, gpu: float,
 def chunks(group: list[dict], pack: int) -> list[list[dict]]:
     """The members in order, in chunks of at most `pack`, none splitting the consecutive members of one verdict
     group (a candidate's seeds) unless the group alone has more than `pack`."""
+    group_of = lambda member: (member.get("verdict") or {}).get("group")
     runs: list[list[dict]] = []
     for member in group:
-        same = runs and member.get("verdict") and runs[-1][-1].get("verdict", {}).get("group") == member["verdict"]["group"]
-        if same:
+        if runs and group_of(member) is not None and group_of(runs[-1][-1]) == group_of(member):
             runs[-1].append(member)
         else:
             runs.append([member])
@@ -267,7 +268,8 @@ def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: 
     carries the host and pid: two drivers of one search started in the same second must not share it."""
     base_dict = _base_dict(base, section)
     pack = lambda points: plan(base_dict, members(points, out, job_type, verdict),
-                               members_per_trial(section, len(points), group_size), section.resources.gpu, "search.pack")
+                               members_per_trial(section, len(points), group_size), section.resources.gpu,
+                               "search.pack")
     name = f"search-{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-{os.getpid()}"
     experiment = (out / "ray" / name).resolve()
     tune_config = _tune_config(section)

@@ -357,7 +357,7 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
     `measured` (NaN where the slice found no threshold) and optionally `bound` (for such a slice, `metric` at the
     last value that failed: drawn hollow, pointing down, as the threshold lies beyond it) and `fitted_at_widest`
     (the share of that value's seeds that fitted their training data, written beside the marker)."""
-    fig = new_figure(6, 4.5, dpi=110)
+    fig = new_figure(7, 6, dpi=110)
     ax = fig.subplots()
     searches = list(dict.fromkeys(points["search"]))
     known = points["theory"].dropna()
@@ -380,8 +380,7 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
         if len(bounds):
             ax.scatter(nudge(x[bounds.index], shift), bounds, marker="v", s=40, facecolors="none", edgecolors=colour,
                        label=f"{name}: no threshold in {len(bounds)} of {len(rows)} slices, at the widest value tried"
-                             + (" (share of its seeds that fitted the training data)" if "fitted_at_widest" in rows
-                                else ""))
+                             + (" (%: its seeds that fitted the training data)" if "fitted_at_widest" in rows else ""))
             for index, bound in bounds.items():
                 fitted = rows["fitted_at_widest"][index] if "fitted_at_widest" in rows else np.nan
                 if not np.isnan(fitted):
@@ -399,7 +398,7 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _fmt(round(value, 6))))
     ax.set_xlabel(f"theory's reference value of {metric}" if len(known) else "slice")
     ax.set_ylabel(f"measured {metric} at diversity*")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.14))  # below: long labels
     return fig
 
 

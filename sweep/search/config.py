@@ -19,9 +19,9 @@ from trainables.train import train
 from trainables.verdicts import StopConfig
 
 SAMPLERS = ("threshold", "tpe", "grid")
-# search.stop.streak's default, in evaluations: replayed on the transformer search trained to the end (docs/PERFORMANCE.md,
-# "Verdict-aware stopping"), seeds passed ood/acc >= 0.99 at up to 10 evaluations in a row and still ended below it;
-# 12 was the shortest streak that changed no seed's verdict there.
+# search.stop.streak's default, in evaluations: replayed on the transformer search trained to the end
+# (docs/PERFORMANCE.md, "Verdict-aware stopping"), seeds passed ood/acc >= 0.99 at up to 10 evaluations in a row and
+# still ended below it; 12 was the shortest streak that changed no seed's verdict there.
 STREAK = 12
 
 

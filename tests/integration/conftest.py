@@ -141,6 +141,9 @@ def assert_report_rebuilds_the_same(out: Path, scratch: Path) -> None:
     assert undated((copy / "report.html").read_text()) == undated(written)
 
 
+JUDGED = {"completed", "succeeded", "verdict_known"}  # statuses of seeds that ended as planned
+
+
 def assert_tiny_search_answers(config_text: str, metric: str, tmp_path: Path) -> None:
     """A task's tiny threshold search through the CLI: every trial completed with `metric` read, and
     min_diversity.csv names a knob value that passed (or none, when none did); its report and study written."""
@@ -149,7 +152,7 @@ def assert_tiny_search_answers(config_text: str, metric: str, tmp_path: Path) ->
     proc = headsweep("search", config_file, "--out", out, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = pd.read_csv(out / "trials.csv")
-    assert len(trials) >= 1 and set(trials["status"]) <= {"completed", "succeeded", "verdict_known"} and trials[metric].notna().all()
+    assert len(trials) >= 1 and set(trials["status"]) <= JUDGED and trials[metric].notna().all()
     answer = pd.read_csv(out / "min_diversity.csv")  # the smallest knob value that passed, or none
     passed = trials[trials["feasible"] == True]["candidate"]  # noqa: E712 (a column of True, False and NaN)
     assert len(answer) == 1

@@ -24,16 +24,13 @@ import pandas as pd
 import yaml
 
 from sweep.space import trial_dir
-
-
-def passes(value, threshold: float, above: bool) -> bool:
-    return isinstance(value, (int, float)) and (value >= threshold if above else value <= threshold)
+from trainables.verdicts import Rule
 
 
 def replay(out: Path, streaks: list[int]) -> pd.DataFrame:
     search = yaml.safe_load((out / "config.yaml").read_text())["search"]
     success = search["success"]
-    metric, threshold, above = success["metric"], success["threshold"], success.get("direction", ">=") == ">="
+    rule = Rule(success["metric"], success["threshold"], success.get("direction", ">=") == ">=", streak=0, group="")
     trials = pd.read_csv(out / "trials.csv")
     trials = trials[trials["state"] == "COMPLETE"]
     point_keys = list(trials.columns[1:list(trials.columns).index("candidate")])
@@ -43,7 +40,7 @@ def replay(out: Path, streaks: list[int]) -> pd.DataFrame:
         directory = trial_dir(out, point)
         history = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
         result = json.loads((directory / "result.json").read_text())
-        final = result.get("status") != "diverged" and passes(result.get(metric), threshold, above)
+        final = result.get("status") != "diverged" and rule.passes(result)
         seeds.append({"candidate": (row["study"], row["optuna_trial"]), "history": history, "final": final,
                       "steps": result["steps"], "feasible": bool(row["feasible"])})
     rows = []
@@ -51,7 +48,7 @@ def replay(out: Path, streaks: list[int]) -> pd.DataFrame:
         steps, verdicts = 0, {}
         false_successes = 0
         for seed in seeds:
-            stop = _stop_step(seed["history"], seed["steps"], k, metric, threshold, above) if k else None
+            stop = _stop_step(seed["history"], seed["steps"], k, rule) if k else None
             steps += stop or seed["steps"]
             succeeded = stop is not None or seed["final"]
             false_successes += stop is not None and not seed["final"]
@@ -65,11 +62,11 @@ def replay(out: Path, streaks: list[int]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _stop_step(history: list[dict], last: int, k: int, metric: str, threshold: float, above: bool) -> int | None:
+def _stop_step(history: list[dict], last: int, k: int, rule: Rule) -> int | None:
     """The step at which a seed with streak k stops as a success, or None if it trains to its end."""
     run = 0
     for record in history:
-        run = run + 1 if passes(record.get(metric), threshold, above) else 0
+        run = run + 1 if rule.passes(record) else 0
         if run >= k and record["step"] < last:
             return record["step"]
     return None

@@ -14,9 +14,9 @@ import pandas as pd
 from dashboards.report import read_config, slice_configs, theory_values
 from trainables import figures
 from trainables.errors import ConfigError
-from trainables.io import FINISHED, atomic_write
+from trainables.io import atomic_write
 from trainables.tasks import task_of
-from trainables.verdicts import VERDICT_KNOWN
+from trainables.verdicts import OWN_VERDICT
 
 FITTED = ("id/acc", 0.99)  # a seed fitted its training data: its in-distribution accuracy at or past this
 
@@ -57,7 +57,7 @@ def _fitted_at_widest(out: Path, cfg: dict, minimal: pd.DataFrame) -> pd.Series:
     trials = pd.read_csv(path)
     if not {"study", "status", knob, FITTED[0]} <= set(trials.columns):
         return share
-    judged = trials[trials["status"].isin(FINISHED) & (trials["status"] != VERDICT_KNOWN)]
+    judged = trials[trials["status"].isin(OWN_VERDICT)]
     for index, study in minimal.loc[minimal["diversity_star"].isna(), "study"].items():
         seeds = judged[judged["study"] == study]
         if len(seeds):

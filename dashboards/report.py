@@ -24,7 +24,7 @@ from trainables import config, figures, readouts
 from trainables.errors import ConfigError
 from trainables.io import FINISHED, atomic_write, parse_shape, read_json, read_jsonl
 from trainables.tasks import DEFAULT, TASKS, Task, task_of
-from trainables.verdicts import VERDICT_KNOWN
+from trainables.verdicts import OWN_VERDICT
 
 GALLERY_TRIALS = 4  # trials whose attention figures a grid or search report shows, spread over the diversity measure
 SEARCH_COLUMNS = ["study", "candidate", "state", "feasible"]
@@ -48,7 +48,7 @@ def build(out: str | Path) -> Path:
         sections += _shape_search(out, frame, cfg, task)
     elif (out / "min_diversity.csv").exists():
         # a seed stopped once its candidate was decided has no verdict of its own: its metrics are no cell's evidence
-        judged = finished[finished["status"] != VERDICT_KNOWN] if "status" in finished else finished
+        judged = finished[finished["status"].isin(OWN_VERDICT)] if "status" in finished else finished
         sections += _threshold_search(out, judged, cfg, task)
     sections += _curves(trials, finished, task)
     sections += _gallery(trials, kind, cfg, task)

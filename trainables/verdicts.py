@@ -19,9 +19,18 @@ import math
 from dataclasses import asdict, dataclass
 
 from trainables.errors import require
+from trainables.io import FINISHED
 
 SUCCEEDED = "succeeded"  # passed the threshold at `streak` evaluations in a row, stopped there
 VERDICT_KNOWN = "verdict_known"  # stopped (or never started) because its candidate's verdict was decided
+OWN_VERDICT = tuple(s for s in FINISHED if s != VERDICT_KNOWN)  # a finished member whose metrics are its own verdict
+
+
+def margin(value, threshold: float, above: bool) -> float:
+    """How far a value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing or NaN)."""
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return -math.inf
+    return value - threshold if above else threshold - value
 
 
 @dataclass
@@ -49,10 +58,7 @@ class Rule:
     size: int = 1  # n: the group's seeds
 
     def passes(self, metrics: dict) -> bool:
-        value = metrics.get(self.metric)
-        if not isinstance(value, (int, float)) or math.isnan(value):
-            return False
-        return value >= self.threshold if self.above else value <= self.threshold
+        return margin(metrics.get(self.metric), self.threshold, self.above) >= 0
 
     def to_dict(self) -> dict:
         return asdict(self)

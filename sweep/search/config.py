@@ -2,7 +2,6 @@
 validated before anything runs."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +15,7 @@ from trainables.models import MODELS
 from trainables.errors import require
 from trainables.tasks import task_of, threshold_problem
 from trainables.train import train
-from trainables.verdicts import StopConfig
+from trainables.verdicts import StopConfig, margin
 
 SAMPLERS = ("threshold", "tpe", "grid")
 # search.stop.streak's default, in evaluations: replayed on the transformer search trained to the end
@@ -71,9 +70,7 @@ class SuccessConfig:
 
     def margin(self, value) -> float:
         """How far a seed's value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing)."""
-        if not isinstance(value, (int, float)) or math.isnan(value):
-            return -math.inf
-        return value - self.threshold if self.direction == ">=" else self.threshold - value
+        return margin(value, self.threshold, self.direction == ">=")
 
 
 @dataclass

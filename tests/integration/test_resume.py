@@ -40,3 +40,25 @@ def test_one_step_checkpoints_once_after_its_two_steps():
     states = []
     train(cfg, on_checkpoint=states.append)
     assert [s["step"] for s in states] == [2]
+
+
+def test_a_retried_trial_counts_the_verdicts_its_members_left_in_an_earlier_attempt(tmp_path, monkeypatch):
+    """Seed 0 of a candidate (2 of 2 needed) failed in an earlier attempt of the trial and left its result.json; the
+    retry (run_trial, outside a Tune session: no checkpoint, reports dropped) does not train seed 1, whose verdict
+    that result already decided."""
+    from ray import tune
+
+    from trainables import trainable
+    from trainables.io import read_json, write_json
+    from trainables.verdicts import VERDICT_KNOWN, Rule
+
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    monkeypatch.setattr(tune, "report", lambda *args, **kwargs: None)
+    base = config.to_dict(config.load(CONFIGS / "debug_search.yaml", []))
+    rule = Rule("ood/acc", 0.9, True, 0, group="candidate", needed=2, size=2).to_dict()
+    members = [{"point": {"seed": seed}, "dir": str(tmp_path / f"seed={seed}"), "verdict": rule} for seed in (0, 1)]
+    write_json(tmp_path / "seed=0" / "result.json", {"status": "completed", "ood/acc": 0.2})
+    trainable.run_trial({"trial": "t", "members": members}, base, {})
+    retried = read_json(tmp_path / "seed=1" / "result.json")
+    assert retried["status"] == VERDICT_KNOWN and retried["steps"] == 0
+    assert retried["stopped_because"] == "its candidate failed: 1 of 2 seeds failed, 2 needed to pass"

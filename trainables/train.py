@@ -31,7 +31,7 @@ from trainables.models import MODELS
 from trainables.optim import Phase
 from trainables.population import Batches, Stack, compile_mode, pack_key, stack_batches
 from trainables.tasks import Batch, task_of
-from trainables.verdicts import SUCCEEDED, VERDICT_KNOWN, Verdicts
+from trainables.verdicts import SUCCEEDED, VERDICT_KNOWN, Verdicts, margin
 
 
 @dataclass
@@ -191,8 +191,8 @@ def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[s
         result |= loss_and_accuracy(*scored(logits, batch), prefix)
         result |= task.metrics(cfg.task, prefix, batch, logits, cache)
     result |= task.weight_metrics(cfg.task, readouts.matrices(model))
-    value, threshold = result.get(task.success_metric, math.nan), cfg.eval.threshold  # present: see dry_run.py
-    result["ood/success"] = float(value >= threshold if task.success_above else value <= threshold)
+    value = result.get(task.success_metric, math.nan)  # present: see dry_run.py
+    result["ood/success"] = float(margin(value, cfg.eval.threshold, task.success_above) >= 0)
     return result
 
 

@@ -37,13 +37,15 @@ def _parser() -> argparse.ArgumentParser:
     grid = verbs.add_parser("grid", help="run every point of the config's sweep section as a Ray Tune trial")
     grid.add_argument("config", help="YAML file with a sweep: section (axes, constraints, seeds, resources)")
     grid.add_argument("overrides", nargs="*", help="dotlist overrides; sweep.* ones change the sweep itself")
-    grid.add_argument("--out", required=True, type=Path, help="output directory (re-running resumes the grid)")
+    grid.add_argument("--out", required=True, help="output directory, or s3://bucket/prefix[?endpoint_override=URL] "
+                                                   "(re-running resumes the grid)")
     grid.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
 
     search = verbs.add_parser("search", help="Optuna search for the minimal diversity that generalizes OOD, per slice")
     search.add_argument("config", help="YAML file with a search: section (knob, slices, success, sampler, budget)")
     search.add_argument("overrides", nargs="*", help="dotlist overrides; search.* ones change the search itself")
-    search.add_argument("--out", required=True, type=Path, help="output directory (re-running resumes the studies)")
+    search.add_argument("--out", required=True, help="output directory, or s3://bucket/prefix[?endpoint_override=URL] "
+                                                     "with a --storage database (re-running resumes the studies)")
     search.add_argument("--study", help="study name prefix (default: the config's name); one study per slice")
     search.add_argument("--storage", help="Optuna storage: a database URL, e.g. postgresql://user:password@host/db, "
                                           "or a journal file path (default: DIR/study.journal)")
@@ -51,10 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
 
     report = verbs.add_parser("report", help="(re)build report.html of a train, grid or search output dir")
-    report.add_argument("dir", type=Path, metavar="DIR", help="an output dir of headsweep train, grid or search")
+    report.add_argument("dir", metavar="DIR", help="an output dir of headsweep train, grid or search (or its s3:// place)")
 
     compare = verbs.add_parser("compare", help="the thresholds of several searches against the theory, one figure")
-    compare.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="output dirs of headsweep search")
+    compare.add_argument("dirs", nargs="+", metavar="DIR", help="output dirs (or s3:// places) of headsweep search")
     compare.add_argument("--out", required=True, type=Path, help="the figure (.png); its points go beside it (.csv)")
 
     verbs.add_parser("list", help="every task and model a config can name: where each comes from, its diversity knobs, "
@@ -114,6 +116,8 @@ def _train(args) -> int:
     from trainables.tasks import task_of
     from trainables.train import save, train
 
+    if str(args.out).startswith("s3:/"):  # Path("s3://b/p") reads s3:/b/p
+        raise ConfigError("--out", "train writes a local directory; an s3:// place is for grid and search")
     cfg = config.load(args.config, args.overrides)
     resolved = config.to_yaml(cfg)
     out, headline = args.out, task_of(cfg).headline
@@ -149,15 +153,20 @@ def _search(args) -> int:
 
 def _report(args) -> int:
     from dashboards import report
+    from sweep.out_dir import OutDir
 
-    print(report.build(args.dir))
+    out = OutDir.open(args.dir)
+    path = report.build(out.local)
+    out.sync()
+    print(f"{out}/report.html (local copy: {path})" if out.mirror else path)
     return 0
 
 
 def _compare(args) -> int:
     from dashboards.compare import compare
+    from sweep.out_dir import OutDir
 
-    figure, table = compare(args.dirs, args.out)
+    figure, table = compare([OutDir.open(d).local for d in args.dirs], args.out)
     print(f"wrote {figure}, {table}")
     return 0
 

@@ -11,6 +11,7 @@ import pandas as pd
 
 from dashboards import report
 from sweep import preflight, space, tuner
+from sweep.out_dir import OutDir
 from trainables import config
 from trainables.io import atomic_write, claim_out, create_out, read_json
 from trainables.tasks import task_of
@@ -18,20 +19,22 @@ from trainables.tasks import task_of
 FIRST_COLUMNS = ["trial", "status", "error", "seconds"]
 
 
-def run(config_path: str, overrides: list[str], out: Path, address: str | None) -> int:
-    """Run (or resume) the grid into `out`; exit status 1 if some trial failed for good."""
+def run(config_path: str, overrides: list[str], out_arg: str, address: str | None) -> int:
+    """Run (or resume) the grid into `out_arg` (a directory or an s3:// place: out_dir.py); exit status 1 if some
+    trial failed for good."""
     base, sweep, points = space.load_sweep(config_path, overrides)
     resolved = config.to_yaml(base, sweep=sweep)
-    claim_out(out, resolved)
+    out = OutDir.open(out_arg)
+    claim_out(out.local, resolved)
     tuner.connect(address)
     tuner.check_resources(sweep.resources)
     trials = tuner.grid_plan(base, sweep, points, out, verdict=space.verdict_rule(base, sweep))
-    preflight.check_shared_storage(out)
+    preflight.check_storage(out)
 
-    create_out(out, resolved)
+    create_out(out.local, resolved)
     errors = {}
     try:
-        errors = tuner.run(base, sweep, trials, out, summary=lambda: _generalized(out))
+        errors = tuner.run(base, sweep, trials, out, summary=lambda: _generalized(out.local))
     finally:  # even when interrupted: what finished is in results.csv and the report
         frame = tuner.disconnect_while(lambda: write_results(out, points, errors))
     keys = [axis.key for axis in sweep.axes] + ["seed"]
@@ -39,15 +42,18 @@ def run(config_path: str, overrides: list[str], out: Path, address: str | None) 
     print(frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False))
     counts = frame["status"].value_counts().to_dict()
     print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-          + f"  [{out / 'results.csv'}, {out / 'report.html'}]")
+          + f"  [{out}/results.csv, {out}/report.html]" + (f" (local copy: {out.local})" if out.mirror else ""))
     return 1 if set(counts) & {"error", "unfinished"} else 0
 
 
-def write_results(out: Path, points: list[dict], errors: dict[str, str]) -> pd.DataFrame:
-    """results.csv and the report, from the members' files; the results' frame."""
-    frame = collect(tuner.members(points, out), errors)
-    atomic_write(out / "results.csv", frame.to_csv(index=False))
-    report.build(out)
+def write_results(out: OutDir, points: list[dict], errors: dict[str, str]) -> pd.DataFrame:
+    """results.csv and the report, from the members' files (pulled first from a bucket, and pushed back); the
+    results' frame."""
+    out.pull_trials()
+    frame = collect(tuner.members(points, OutDir(out.local)), errors)
+    atomic_write(out.local / "results.csv", frame.to_csv(index=False))
+    report.build(out.local)
+    out.sync()
     return frame
 
 

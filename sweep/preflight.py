@@ -1,22 +1,27 @@
-"""Before the first trial: can every node of the cluster read and write the output directory the driver sees?
+"""Before the first trial: can every node of the cluster read and write the output directory the driver sees, or
+reach the bucket it names?
 
 Since Ray 2.7 Tune copies no trial files between nodes: each trial writes its results, checkpoints and W&B offline
 runs straight into --out, and the driver reads them back (results.csv, the search's tells, resuming). On storage
 that a node does not share, its trials "succeed" and their results are nowhere the driver looks. So the driver writes
 a file with a random token into --out, one task pinned to each alive node reads it back and writes its own, and the
-driver reads those: any mismatch is one line and exit 2, before anything has started.
+driver reads those: any mismatch is one line and exit 2, before anything has started. For a bucket (out_dir.py),
+each node checks it with its own credentials and writes a probe object there, which the driver reads and deletes.
 """
 from __future__ import annotations
 
 import secrets
 import shutil
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import ray
 from ray.exceptions import RayError, TaskUnschedulableError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from sweep.out_dir import OutDir
+from trainables import store
 from trainables.errors import ConfigError
 
 PROBE_PREFIX = ".preflight-"  # the probe directory inside --out: PROBE_PREFIX + token, gone when the check ends
@@ -24,6 +29,62 @@ DRIVER_FILE = "driver"
 ANSWER_S = 120  # a node whose probe has not answered by then counts as failed (a fresh worker starts in seconds)
 # NFS clients cache lookups and attributes for a few seconds: a file another machine just wrote may show up late.
 VISIBLE_WITHIN_S = 10
+
+
+def check_storage(out: OutDir) -> None:
+    """check_shared_storage for a directory, check_bucket for a bucket."""
+    if out.mirror:
+        check_bucket(out.mirror.bucket)
+    else:
+        check_shared_storage(out.local)
+
+
+def check_bucket(bucket: store.Bucket) -> None:
+    """Raise ConfigError("--out", ...) naming the first node that cannot reach the bucket (credentials, endpoint,
+    network) or write to it. Every probe object is deleted again, whatever happened."""
+    token = secrets.token_hex(16)
+    probes = bucket.child(f"{PROBE_PREFIX}{token}")
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    pending = {_bucket_probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], False))
+               .remote(probes, token, _node_file(n)): n for n in nodes}
+    try:
+        ready, late = ray.wait(list(pending), num_returns=len(pending), timeout=ANSWER_S)
+        if late:
+            ray.cancel(late[0], force=True)
+            raise _cannot_reach(pending[late[0]], bucket, f"its probe did not answer within {ANSWER_S} s")
+        for ref in ready:
+            try:
+                problem = ray.get(ref)
+            except TaskUnschedulableError:
+                continue  # the node left since ray.nodes() listed it
+            except RayError as e:
+                problem = "its probe failed: " + (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+            if problem is not None:
+                raise _cannot_reach(pending[ref], bucket, problem)
+    finally:
+        with suppress(FileNotFoundError):
+            bucket.filesystem.delete_dir(probes.path())
+
+
+@ray.remote(max_retries=0)
+def _bucket_probe(probes: store.Bucket, token: str, name: str) -> str | None:
+    """On one node: None if it could check the bucket and write `name` into `probes` and read it back, else why not."""
+    try:
+        store.check(probes, key="")
+        with probes.filesystem.open_output_stream(probes.path(name)) as sink:
+            sink.write(token.encode())
+        with probes.filesystem.open_input_stream(probes.path(name)) as source:
+            return None if source.readall().decode() == token else "it reads back another token"
+    except ConfigError as e:
+        return e.reason
+    except OSError as e:
+        return f"it cannot write there: {store.why(str(e))}"
+
+
+def _cannot_reach(node: dict, bucket: store.Bucket, why: str) -> ConfigError:
+    where = f"{node.get('NodeManagerAddress', '?')}/{node['NodeID'][:8]}"
+    return ConfigError("--out", f"node {where} cannot use {bucket} ({why}): every node needs the bucket's endpoint "
+                                "and credentials (docs/CLUSTER.md)")
 
 
 def check_shared_storage(out: Path) -> None:

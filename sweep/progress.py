@@ -22,10 +22,13 @@ QUIET_LOG_S = 120.0  # and at least one this often, counts changed or not
 
 class ProgressView(ProgressReporter):
     """title: the sweep's name; total: members to train (None for a search, which decides as it goes);
-    summary: what the sweep has found so far, one short phrase."""
+    summary: what the sweep has found so far, one short phrase; refresh: brings out/trials up to date before they are
+    counted (a bucket's mirror: out_dir.OutDir.pull_trials)."""
 
-    def __init__(self, title: str, out: Path, total: int | None, summary: Callable[[], str] = lambda: ""):
-        self.title, self.trials_dir, self.total, self.summary = title, Path(out).resolve() / "trials", total, summary
+    def __init__(self, title: str, out: Path, total: int | None, summary: Callable[[], str] = lambda: "",
+                 refresh: Callable[[], None] = lambda: None):
+        self.title, self.trials_dir, self.total = title, Path(out).resolve() / "trials", total
+        self.summary, self.refresh = summary, refresh
         self.setup()
 
     def setup(self, *args, **kwargs) -> None:
@@ -35,8 +38,8 @@ class ProgressView(ProgressReporter):
         self.counts = None  # (trained, running, failed) of the last line printed
 
     def __getstate__(self) -> dict:
-        """Tune pickles its run config (tuner.pkl); the summary is a closure over live objects and stays behind."""
-        return {k: v for k, v in vars(self).items() if k != "summary"} | {"summary": _nothing}
+        """Tune pickles its run config (tuner.pkl); summary and refresh are closures over live objects and stay behind."""
+        return vars(self) | {"summary": _nothing, "refresh": _none}
 
     def count_done(self) -> int:
         return sum(1 for _ in self.trials_dir.glob("*/result.json")) if self.trials_dir.exists() else 0
@@ -46,6 +49,7 @@ class ProgressView(ProgressReporter):
         return done or time.monotonic() - self.checked >= interval
 
     def report(self, trials, done: bool, *sys_info: str) -> None:
+        self.refresh()
         statuses = [t.status for t in trials]
         counts = (self.count_done(), statuses.count("RUNNING"), statuses.count("ERROR"))
         self.checked = time.monotonic()
@@ -73,6 +77,10 @@ class ProgressView(ProgressReporter):
 
 def _nothing() -> str:
     return ""
+
+
+def _none() -> None:
+    return None
 
 
 def _clock(seconds: float) -> str:

@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 import ray
@@ -24,8 +23,9 @@ import ray._private.ray_constants as ray_constants
 from ray import tune
 from ray.tune.search import Searcher
 
+from sweep.out_dir import PULL_EVERY_S, OutDir
 from sweep.progress import ProgressView
-from sweep.space import point_id, trial_dir
+from sweep.space import point_id
 from trainables import config, memory
 from trainables.errors import ConfigError
 from trainables.io import read_json, write_json
@@ -132,11 +132,11 @@ def check_resources(resources) -> None:
                            f"node of this cluster has {cpus:g} CPU and {gpus:g} GPU")
 
 
-def members(points: list[dict], out: Path, job_type: str = "grid",
+def members(points: list[dict], out: OutDir, job_type: str = "grid",
             verdict: Callable[[dict], dict | None] = lambda point: None) -> list[dict]:
-    """The member dicts of these points: point, directory, job type and, where `verdict` gives one, the rule it is
-    judged and stopped by (trainables/verdicts.py)."""
-    return [{"point": point, "dir": str(trial_dir(out, point)), "job_type": job_type}
+    """The member dicts of these points: point, directory (a path, or a URI in the bucket), job type and, where
+    `verdict` gives one, the rule it is judged and stopped by (trainables/verdicts.py)."""
+    return [{"point": point, "dir": out.member_dir(point), "job_type": job_type}
             | ({"verdict": rule} if (rule := verdict(point)) else {}) for point in points]
 
 
@@ -217,20 +217,20 @@ def members_per_trial(section, n_members: int, group_size: int = 1) -> int:
     return math.ceil(pack / group_size) * group_size
 
 
-def grid_plan(base: config.Config, section, points: list[dict], out: Path, job_type: str = "grid",
+def grid_plan(base: config.Config, section, points: list[dict], out: OutDir, job_type: str = "grid",
               verdict: Callable[[dict], dict | None] = lambda point: None) -> dict[str, list[dict]]:
     """The grid's Tune trials (trial id -> members, each with its `verdict` rule if any), writing nothing: the plan
     kept beside a resumable experiment, so a resumed grid finds the same trials even where `pack: 0` would now choose
     differently (another cluster), else a new plan (which raises ConfigError for a population that cannot fit). Ray
     must be connected."""
-    plan_file = out / "ray" / PLAN_FILE
-    if tune.Tuner.can_restore(str(_experiment(out))) and plan_file.exists():
+    plan_file = out.local / "ray" / PLAN_FILE
+    if tune.Tuner.can_restore(_experiment(out), storage_filesystem=out.filesystem) and plan_file.exists():
         return read_json(plan_file)
     everyone = members(points, out, job_type, verdict)
     return plan(_base_dict(base, section), everyone, members_per_trial(section, len(everyone)), section.resources.gpu)
 
 
-def run(base: config.Config, section, trials: dict[str, list[dict]], out: Path,
+def run(base: config.Config, section, trials: dict[str, list[dict]], out: OutDir,
         summary: Callable[[], str] = lambda: "") -> dict[str, str]:
     """Train the planned trials (grid_plan) in one Tune run, resuming the experiment out/ray/grid if there is one.
     Returns the error of every point whose trial failed for good, by point id.
@@ -240,30 +240,32 @@ def run(base: config.Config, section, trials: dict[str, list[dict]], out: Path,
     store; a trial's own config is just its id, which keeps Tune's trial directories readable.
     """
     base_dict, experiment = _base_dict(base, section), _experiment(out)
-    restoring = tune.Tuner.can_restore(str(experiment))
-    write_json(out / "ray" / PLAN_FILE, trials)
+    restoring = tune.Tuner.can_restore(experiment, storage_filesystem=out.filesystem)
+    write_json(out.local / "ray" / PLAN_FILE, trials)
+    out.sync()  # a bucket has the plan before any trial starts: a driver resumed elsewhere finds the same trials
     trainable = _trainable(base_dict, section, trials)
     param_space = {"trial": tune.grid_search(list(trials))}
-    view = ProgressView(base.name, out, sum(map(len, trials.values())), summary)
+    view = ProgressView(base.name, out.local, sum(map(len, trials.values())), summary,
+                        refresh=lambda: out.pull_trials(PULL_EVERY_S))
     if restoring:
         # Finished trials are kept; unfinished and errored ones continue from their last checkpoint. The param
         # space is given again: a driver killed before Tune generated every trial left variants still to generate.
-        tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True,
-                                   param_space=param_space)
+        tuner = tune.Tuner.restore(experiment, trainable, resume_unfinished=True, resume_errored=True,
+                                   param_space=param_space, storage_filesystem=out.filesystem)
     else:
         tuner = tune.Tuner(trainable, param_space=param_space, tune_config=_tune_config(section),
-                           run_config=_run_config(section, experiment, view))
+                           run_config=_run_config(section, out, EXPERIMENT, view))
     failed = _errors(tuner.fit())
     return {point_id(m["point"]): failed[trial] for trial, chunk in trials.items() if trial in failed for m in chunk}
 
 
-def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: Path,
+def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: OutDir,
                summary: Callable[[], str] = lambda: "", job_type: str = "search",
                verdict: Callable[[dict], dict | None] = lambda point: None, group_size: int = 1) -> None:
     """Train what `rounds` yields, round after round, in one Tune run: each round's points become trials (packed as
     run() packs them, each member with its `verdict` rule if any, a candidate's `group_size` seeds in one trial
     where the packing allows), and the generator is resumed (to tell, then ask the next round) only once all of them
-    ended.
+    ended and `out` has synced (the trials' files pulled from a bucket).
     A new experiment every time: a resumed search rebuilds its rounds from its studies and result files. Its name
     carries the host and pid: two drivers of one search started in the same second must not share it."""
     base_dict = _base_dict(base, section)
@@ -271,26 +273,27 @@ def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: 
                                members_per_trial(section, len(points), group_size), section.resources.gpu,
                                "search.pack")
     name = f"search-{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-{os.getpid()}"
-    experiment = (out / "ray" / name).resolve()
     tune_config = _tune_config(section)
-    tune_config.search_alg, tune_config.num_samples = _Rounds(rounds, pack), -1  # -1: until the rounds are over
-    view = ProgressView(base.name, out, None, summary)
+    tune_config.search_alg, tune_config.num_samples = _Rounds(rounds, pack, out.sync), -1  # -1: until the rounds end
+    view = ProgressView(base.name, out.local, None, summary)
     tune.Tuner(_trainable(base_dict, section, {}), tune_config=tune_config,
-               run_config=_run_config(section, experiment, view)).fit()
+               run_config=_run_config(section, out, name, view)).fit()
 
 
 class _Rounds(Searcher):
     """Tune's search algorithm over a generator of rounds: it hands Tune the trials of the current round, and when
     all of them have ended resumes the generator, which tells their results and yields the next round's points."""
 
-    def __init__(self, rounds: Iterator[list[dict]], pack: Callable[[list[dict]], dict[str, list[dict]]]):
+    def __init__(self, rounds: Iterator[list[dict]], pack: Callable[[list[dict]], dict[str, list[dict]]],
+                 sync: Callable[[], None]):
         super().__init__()
-        self.rounds, self.pack = rounds, pack
+        self.rounds, self.pack, self.sync = rounds, pack, sync
         self.queue: list[tuple[str, list[dict]]] = []
         self.running: set[str] = set()
 
     def suggest(self, trial_id: str) -> dict | str | None:
         if not self.queue and not self.running:
+            self.sync()  # the round's results (and other drivers') where the generator reads them
             points = next(self.rounds, None)
             if points is None:
                 return Searcher.FINISHED
@@ -318,8 +321,8 @@ class _Rounds(Searcher):
         pass
 
 
-def _experiment(out: Path) -> Path:
-    return (out / "ray" / EXPERIMENT).resolve()
+def _experiment(out: OutDir) -> str:
+    return f"{out.experiments()}/{EXPERIMENT}"
 
 
 def _base_dict(base: config.Config, section) -> dict:
@@ -343,10 +346,11 @@ def _tune_config(section) -> tune.TuneConfig:
     )
 
 
-def _run_config(section, experiment: Path, view: ProgressView) -> tune.RunConfig:
+def _run_config(section, out: OutDir, name: str, view: ProgressView) -> tune.RunConfig:
     return tune.RunConfig(
-        name=experiment.name,
-        storage_path=str(experiment.parent),
+        name=name,
+        storage_path=out.experiments(),
+        storage_filesystem=out.filesystem,
         failure_config=tune.FailureConfig(max_failures=section.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
         progress_reporter=view,

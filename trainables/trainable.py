@@ -1,9 +1,10 @@
 """Ray Tune entry point: a trial's members -> configs -> train_members(), checkpointing through ray.tune.
 
-The only module of trainables/ that imports ray. A trial carries a list of members (one, or several packed), each
-with its sweep point and an absolute output directory. Members of one shape train as one population
-(population.pack_key) when their model vectorizes, the others one group after another; results, directories,
-checkpoints and W&B runs stay one per member, so a user sees no difference but speed.
+The only module of trainables/ besides copies.py that imports ray. A trial carries a list of members (one, or several
+packed), each with its sweep point and its place: an absolute output directory, or an s3:// URI (copies.py keeps a
+working copy of it). Members of one shape train as one population (population.pack_key) when their model vectorizes,
+the others one group after another; results, directories, checkpoints and W&B runs stay one per member, so a user
+sees no difference but speed.
 
 Metrics reach the driver through the members' files (metrics.jsonl, result.json: the source of truth), not through
 Tune: a `tune.report` blocks the trial until the driver has fetched it, which cost a 156-point grid of one-step
@@ -12,14 +13,13 @@ members a quarter of its Tune run. Tune gets the checkpoints a retry resumes fro
 from __future__ import annotations
 
 import json
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-import torch
 from ray import tune
 
 from trainables import config
+from trainables.copies import InPlace, open_members
 from trainables.io import ERROR_FILE, atomic_write, read_json, read_jsonl
 from trainables.logger import trial_logger
 from trainables.models import MODELS
@@ -27,30 +27,16 @@ from trainables.population import pack_key
 from trainables.train import save, train_members
 from trainables.verdicts import Rule, Verdicts
 
-STATE_FILE = "state.pt"
-
-
-def report_checkpoint(states: dict[int, dict]) -> None:
-    """Report the members' training states (member index -> state) as the trial's checkpoint, once all of them have
-    logged the evaluation it follows; a member's final state is left out (its result.json follows at once, and a
-    retry never resumes a finished member)."""
-    states = {index: state for index, state in states.items() if not state.get("final")}
-    if not states:
-        return
-    with tempfile.TemporaryDirectory(prefix="headsweep-ckpt-") as directory:
-        torch.save({"members": states}, Path(directory) / STATE_FILE)
-        step = max(state["step"] for state in states.values())
-        # Ray copies the directory before report returns
-        tune.report({"checkpoint_step": step}, checkpoint=tune.Checkpoint.from_directory(directory))
-
 
 def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
     """params = {"trial": id} with plan[id] its members, or {"trial": id, "members": [...]} (a search's trials,
-    decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path, "job_type": verb} and
-    optionally "verdict": a trainables.verdicts.Rule as a dict; base: the config dict every point is applied to."""
-    members = params.get("members") or plan[params["trial"]]
+    decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path or s3:// URI, "job_type":
+    verb} and optionally "verdict": a trainables.verdicts.Rule as a dict; base: the config dict every point is applied
+    to."""
+    files = open_members(params.get("members") or plan[params["trial"]])
+    members, failed = files.members, True
     try:
-        saved = _last_checkpoint()
+        saved = files.saved()
         verdicts = Verdicts({i: Rule(**m["verdict"]) for i, m in enumerate(members) if m.get("verdict")})
         cfgs: dict[int, config.Config] = {}
         groups: dict[tuple, list[int]] = {}
@@ -64,12 +50,15 @@ def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
             alone = None if MODELS[cfg.model.name].vectorize else index  # a model that does not vectorize: one by one
             groups.setdefault((pack_key(cfg), step, alone), []).append(index)
         for indices in groups.values():  # one after another: a group's results may decide a later one's verdicts
-            _train_group(members, {i: cfgs[i] for i in indices}, saved, verdicts)
+            _train_group(files, {i: cfgs[i] for i in indices}, saved, verdicts)
         # One result per trial, so that Tune has one (it prints an empty "Last result" line for a trial without any).
         tune.report({"members": len(members), "trained": len(cfgs)})
+        failed = False
     except Exception as error:
         _record_error(members, error)
         raise  # Tune retries the trial (sweep.max_failures), else records it as failed
+    finally:
+        files.close(failed)
 
 
 def _record_error(members: list[dict], error: Exception) -> None:
@@ -85,10 +74,12 @@ def _record_error(members: list[dict], error: Exception) -> None:
                 pass
 
 
-def _train_group(members: list[dict], group: dict[int, config.Config], saved: dict, verdicts: Verdicts) -> None:
+def _train_group(files: InPlace, group: dict[int, config.Config], saved: dict, verdicts: Verdicts) -> None:
     """Train these members (index -> config; one shape, one step) as one population, each logging to its own
-    directory; `verdicts` holds the rules and verdicts of all the trial's members (by their index in `members`)."""
-    indices = list(group)
+    directory (files.members); `verdicts` holds the rules and verdicts of all the trial's members (by their index).
+    Checkpoints go to `files` (Tune's, or each member's state.pt in a bucket), and a finished member's files are
+    pushed at once."""
+    indices, members = list(group), files.members
     with ExitStack() as contexts:
         cfgs, loggers, resumes = [], [], []
         for index, cfg in group.items():
@@ -110,26 +101,11 @@ def _train_group(members: list[dict], group: dict[int, config.Config], saved: di
             loggers[k].close()
             save(result, members[index]["dir"])
             (Path(members[index]["dir"]) / ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's
+            files.push(index)
 
         train_members(cfgs, loggers, resumes, on_result=finished,
-                      on_checkpoint=lambda states: report_checkpoint({indices[k]: s for k, s in states.items()}),
+                      on_checkpoint=lambda states: files.save({indices[k]: s for k, s in states.items()}),
                       verdicts=verdicts.of(indices))
-
-
-def _last_checkpoint() -> dict[int, dict]:
-    """member index -> its training state in the trial's latest checkpoint ({} without one)."""
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
-        return {}
-    with checkpoint.as_directory() as directory:
-        return load_state(Path(directory) / STATE_FILE)
-
-
-def load_state(path: Path) -> dict[int, dict]:
-    """member index -> training state, from a checkpoint file. Tensors and plain data only (weights_only): a file
-    that would run code when unpickled is refused, whoever put it in the output directory."""
-    saved = torch.load(path, weights_only=True)
-    return saved["members"] if "members" in saved else {saved["member"]: saved["state"]}  # the one-member format too
 
 
 def _keep_records_until(path: Path, step: int) -> None:

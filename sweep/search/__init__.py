@@ -7,50 +7,60 @@ min_diversity.csv (or best.csv). The report is dashboards/report.py's, built fro
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from dashboards import report
 from sweep import preflight, tuner
+from sweep.out_dir import OutDir
 from sweep.search import loop, studies, tables
 from sweep.search.config import load_search
-from trainables import config
+from trainables import config, store
 from trainables.errors import ConfigError
 from trainables.io import claim_out, create_out
 
 
-def run(config_path: str, overrides: list[str], out: Path, study_prefix: str | None, storage_url: str | None,
+def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str | None, storage_url: str | None,
         extend: int, address: str | None) -> int:
-    """Run (or resume, or extend) the search into `out`, print its per-slice table and return the exit status.
-    Several processes may run it at once on the same studies (same --out, or one --storage): they share the work."""
+    """Run (or resume, or extend) the search into `out_arg` (a directory or an s3:// place: out_dir.py), print its
+    per-slice table and return the exit status. Several processes may run it at once on the same studies (same
+    --out, or one --storage): they share the work."""
     if extend < 0:
         raise ConfigError("--extend", f"must be >= 0, got {extend}")
+    if store.is_remote(out_arg) and not studies.is_server(storage_url):
+        raise ConfigError("--storage", "a search whose --out is a bucket keeps its studies in a database server, "
+                                       "e.g. --storage postgresql://user:password@host/db (an Optuna journal is "
+                                       "appended to in place, which S3 objects cannot be)")
     base, search = load_search(config_path, overrides)
     all_slices = studies.slices(base, search, study_prefix or base.name)
     resolved = config.to_yaml(base, search=search)
-    claim_out(out, resolved)
+    out = OutDir.open(out_arg)
+    claim_out(out.local, resolved)
     # The storage and its studies are checked (read only) before Ray starts and before anything is written.
     key, experiment = "--storage" if storage_url else "--out", studies.fingerprint(base, search)
-    storage = studies.storage_for(storage_url, out.resolve(), create=False)
+    storage = studies.storage_for(storage_url, out.local.resolve(), create=False)
     for sl in all_slices if storage else []:
         studies.check_owner(storage, sl, search.knob.key, experiment, key)
     tuner.connect(address)
     tuner.check_resources(search.resources)
-    preflight.check_shared_storage(out)
+    preflight.check_storage(out)
 
-    create_out(out, resolved)  # atomic: another driver may be reading config.yaml in claim_out
-    storage = storage or studies.storage_for(storage_url, out.resolve())
+    create_out(out.local, resolved)  # atomic: another driver may be reading config.yaml in claim_out
+    out.sync()
+    storage = storage or studies.storage_for(storage_url, out.local.resolve())
     opened = {sl.study_name: studies.open_study(sl, search, storage, experiment, key) for sl in all_slices}
     try:
         loop.run(base, search, all_slices, opened, out, extend)
     finally:  # even when interrupted: what finished is in the tables and the report
         table = tuner.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
     print(table.drop(columns=["study"]).to_string(index=False))
-    print(f"[{out / ('best.csv' if search.minimize else 'min_diversity.csv')}, {out / 'report.html'}]")
+    print(f"[{out}/{'best.csv' if search.minimize else 'min_diversity.csv'}, {out}/report.html]"
+          + (f" (local copy: {out.local})" if out.mirror else ""))
     return 0
 
 
-def _write_tables_and_report(out: Path, base, search, opened: dict, all_slices: list):
-    """trials.csv and min_diversity.csv (or best.csv), then the report; the per-slice table."""
-    table = tables.write(out, base, search, opened, all_slices)
-    report.build(out)
+def _write_tables_and_report(out: OutDir, base, search, opened: dict, all_slices: list):
+    """trials.csv and min_diversity.csv (or best.csv), then the report, from the trials' files (pulled first from a
+    bucket, and pushed back); the per-slice table."""
+    out.pull_trials()
+    table = tables.write(out.local, base, search, opened, all_slices)
+    report.build(out.local)
+    out.sync()
     return table

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sweep import tuner
+from sweep.out_dir import OutDir
 from sweep.search import bisection, guide, owners
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice, constraint_checks, holds
@@ -80,15 +81,15 @@ def reference_points(all_slices: list[Slice], search: SearchConfig) -> list[dict
 
 
 def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], studies: dict[str, optuna.Study],
-        out: Path, extend: int) -> None:
+        out: OutDir, extend: int) -> None:
     """Rounds of ask -> train -> tell until every study is done or out of budget, all in one Ray Tune run."""
     progress = {}
     summary = lambda: (f"round {progress['round']}, {progress['answered']}/{len(all_slices)} slices finished"
                        if progress else "")
     heartbeat = owners.Heartbeat(owners.Roster(studies[all_slices[0].study_name]))
     try:
-        tuner.run_rounds(base, search, rounds(base, search, all_slices, studies, out, extend, progress, heartbeat), out,
-                         summary, verdict=verdict_rule(search),
+        asked = rounds(base, search, all_slices, studies, out.local, extend, progress, heartbeat)
+        tuner.run_rounds(base, search, asked, out, summary, verdict=verdict_rule(search),
                          group_size=len(search.success.seeds) if search.stop.decided else 1)
     finally:
         heartbeat.stop()

@@ -156,6 +156,11 @@ def storage_for(url: str | None, out: Path, create: bool = True) -> optuna.stora
     raise ConfigError("--storage", f"cannot open {redact(url)}: {_scrub(reason, parsed)}") from None
 
 
+def is_server(url: str | None) -> bool:
+    """Whether --storage names a database server that drivers on other machines reach (not a journal, not SQLite)."""
+    return bool(url) and "://" in url and not url.lower().startswith("sqlite")
+
+
 def redact(url: str) -> str:
     """The URL as it may be printed: postgresql://user:***@host/db?sslpassword=***. Plain text operations, so a URL
     that does not parse (or parses differently from what its author meant) is redacted too: everything between the

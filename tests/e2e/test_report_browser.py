@@ -167,6 +167,7 @@ def grid_report(tmp_path_factory) -> Path:
     """A grid output dir made by the grid's own writers from real one-step trainings (no Ray: the grid itself is
     tested in tests/integration), and its rebuilt report."""
     from sweep import grid, space, tuner
+    from sweep.out_dir import OutDir
     from trainables import config
     from trainables.io import atomic_write
     from trainables.logger import trial_logger
@@ -174,7 +175,7 @@ def grid_report(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("browser") / "grid"
     base, sweep, points = space.load_sweep(CONFIGS / "debug_grid.yaml", ["sweep.seeds=[0]"])
-    members = tuner.members(points, out)
+    members = tuner.members(points, OutDir(out))
     for member in members:
         cfg = config.with_point(config.to_dict(base), member["point"])
         trial = Path(member["dir"])
@@ -210,7 +211,7 @@ def search_report(tmp_path_factory) -> Path:
     opened = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
     with pytest.MonkeyPatch.context() as patch:
         fake_executor(patch, lambda point, m: 1.0 if m["data/max_sum_ratio"] <= R_NEEDED else 0.5)
-        loop.run(base, search, all_slices, opened, out, extend=0)
+        loop.run(base, search, all_slices, opened, OutDir(out), extend=0)
     tables.write(out, base, search, opened, all_slices)
     return report.build(out)
 

@@ -7,7 +7,7 @@ import torch
 
 from trainables import config
 from trainables.train import train
-from trainables.trainable import STATE_FILE, load_state
+from trainables.copies import STATE_FILE, load_state
 from tests.conftest import CONFIGS
 
 

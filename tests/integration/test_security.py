@@ -13,7 +13,7 @@ import torch
 
 from tests.conftest import CONFIGS
 from tests.integration.conftest import headsweep
-from trainables.trainable import load_state
+from trainables.copies import load_state
 
 SECRET = "hs-test-secret-0123456789abcdef0123456789abcdef"
 HOSTILE_NAME = '<img src=x onerror="alert(1)">'

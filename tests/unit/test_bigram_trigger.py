@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from sweep.out_dir import OutDir
 from sweep.search import bisection, loop
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
@@ -333,7 +334,7 @@ def test_the_threshold_search_finds_the_smallest_number_of_training_outputs(tmp_
     all_slices = search_studies.slices(base, search, base.name)
     storage = search_studies.storage_for(None, tmp_path)
     studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     for sl in all_slices:
         pooled = bisection.evidence(studies[sl.study_name].get_trials(), search.knob.key)
         assert bisection.minimal_value(sl.values, pooled, 1.0) == needed

@@ -4,6 +4,8 @@ asks or tells resumes to exactly the uninterrupted sequence of evaluations (the 
 import optuna
 import pytest
 
+from sweep.out_dir import OutDir
+
 from sweep.search import bisection, guide, loop
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
@@ -37,13 +39,13 @@ def answers_and_counts(search, all_slices, studies):
 def test_guided_bisection_finds_the_same_answers_in_fewer_evaluations_pilot_first(tmp_path, fake_r_tune):
     plain = search_in(tmp_path / "plain", UNGUIDED)
     studies = plain[3]()
-    loop.run(plain[0], plain[1], plain[2], studies, tmp_path / "plain", extend=0)
+    loop.run(plain[0], plain[1], plain[2], studies, OutDir(tmp_path / "plain"), extend=0)
     unguided = answers_and_counts(plain[1], plain[2], studies)
     fake_r_tune.clear()
 
     base, search, all_slices, open_all = search_in(tmp_path / "guided", GUIDED)
     studies = open_all()
-    loop.run(base, search, all_slices, studies, tmp_path / "guided", extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path / "guided"), extend=0)
     guided = answers_and_counts(search, all_slices, studies)
 
     assert {low: a for low, (a, *_) in guided.items()} == {low: a for low, (a, *_) in unguided.items()}
@@ -64,7 +66,7 @@ def test_a_kill_mid_round_resumes_to_the_uninterrupted_evaluations(tmp_path, fak
 
     base, search, all_slices, open_all = search_in(tmp_path / "whole", GUIDED)
     studies = open_all()
-    loop.run(base, search, all_slices, studies, tmp_path / "whole", extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path / "whole"), extend=0)
     uninterrupted = sequence(studies)
 
     base, search, all_slices, open_all = search_in(tmp_path / "killed", GUIDED)
@@ -78,10 +80,10 @@ def test_a_kill_mid_round_resumes_to_the_uninterrupted_evaluations(tmp_path, fak
 
     monkeypatch.setattr(loop, phase, die_midway)
     with pytest.raises(KeyboardInterrupt):
-        loop.run(base, search, all_slices, open_all(), tmp_path / "killed", extend=0)
+        loop.run(base, search, all_slices, open_all(), OutDir(tmp_path / "killed"), extend=0)
     monkeypatch.setattr(loop, phase, original)
     studies = open_all()  # the re-run: zombies failed, the interrupted round re-run first
-    loop.run(base, search, all_slices, studies, tmp_path / "killed", extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path / "killed"), extend=0)
     assert sequence(studies) == uninterrupted
 
 

@@ -14,6 +14,7 @@ import torch
 from sweep.search import bisection, loop
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
+from sweep.out_dir import OutDir
 from tests.conftest import CONFIGS
 from tests.unit.samplers import assert_drawn_as_alone, draw_op_counts, same_batches
 from tests.unit.conftest import fake_executor
@@ -477,7 +478,7 @@ def test_pool_search_finds_the_smallest_pool_with_a_small_gap(tmp_path, fake_gap
     all_slices = search_studies.slices(base, search, base.name)
     storage = search_studies.storage_for(None, tmp_path)
     studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     for sl in all_slices:
         pooled = bisection.evidence(studies[sl.study_name].get_trials(), "task.pool_size")
         assert bisection.minimal_value(sl.values, pooled, search.success.min_seeds / len(search.success.seeds)) \

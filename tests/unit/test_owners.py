@@ -7,6 +7,8 @@ import time
 import pytest
 from optuna.trial import TrialState
 
+from sweep.out_dir import OutDir
+
 from sweep.search import loop, owners
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
@@ -152,7 +154,8 @@ def test_the_rounds_wait_for_a_live_peer_and_go_on_with_its_result(storage, peer
 def test_a_dead_peers_candidate_is_asked_again_with_the_same_seeds(storage, dead, tmp_path, fake_width_tune):
     base, search, sl, study = open_one(storage)
     theirs, _ = ask_as(study, sl, dead)
-    loop.run(base, search, [sl], {sl.study_name: search_studies.open_study(sl, search, storage)}, tmp_path, extend=0)
+    opened = {sl.study_name: search_studies.open_study(sl, search, storage)}
+    loop.run(base, search, [sl], opened, OutDir(tmp_path), extend=0)
     trials = study.get_trials()
     assert trials[0].state == TrialState.FAIL and trials[0].user_attrs[owners.ZOMBIE]
     assert trials[1].params == theirs.params and trials[1].user_attrs["seed_list"] == [0]

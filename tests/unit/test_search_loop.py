@@ -11,6 +11,7 @@ from sweep import space, tuner
 from sweep.search import bisection, loop, tables
 from sweep.search import studies as search_studies
 from sweep.search.config import STREAK, SuccessConfig, load_search
+from sweep.out_dir import OutDir
 from tests.conftest import CONFIGS
 from tests.unit.conftest import WIDTH_NEEDED, fake_executor
 from trainables.errors import ConfigError
@@ -30,7 +31,7 @@ def completed(study) -> list[optuna.trial.FrozenTrial]:
 
 def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake_width_tune):
     base, search, all_slices, studies, _ = setup(tmp_path)
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     for sl in all_slices:
         pooled = bisection.evidence(studies[sl.study_name].get_trials(), "task.lengths.width")
         assert bisection.minimal_value(sl.values, pooled, 1.0) == WIDTH_NEEDED
@@ -39,10 +40,10 @@ def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake
 
 def test_tpe_respects_the_budget_and_extend_adds_to_it(tmp_path, fake_width_tune):
     base, search, all_slices, studies, storage = setup(tmp_path, "search.sampler=tpe", "search.budget.per_slice=4")
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     assert [len(completed(s)) for s in studies.values()] == [4, 4]
     studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}  # as a re-run would
-    loop.run(base, search, all_slices, studies, tmp_path, extend=3)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=3)
     assert [len(completed(s)) for s in studies.values()] == [7, 7]
     # success is a constraint (<= 0: feasible), so TPE's best trial is the smallest width that generalizes
     for trial in completed(studies["debug_search.low=2"]):
@@ -51,7 +52,7 @@ def test_tpe_respects_the_budget_and_extend_adds_to_it(tmp_path, fake_width_tune
 
 def test_the_total_budget_caps_all_slices(tmp_path, fake_width_tune):
     base, search, all_slices, studies, _ = setup(tmp_path, "search.sampler=grid", "search.budget.total=5")
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     assert sum(len(completed(s)) for s in studies.values()) == 5
 
 
@@ -63,14 +64,14 @@ def test_zombies_are_failed_and_their_candidate_asked_again_with_the_same_seeds(
     studies = {s.study_name: search_studies.open_study(s, search, storage) for s in all_slices}
     states = [t.state for t in studies[sl.study_name].get_trials()]
     assert states == [optuna.trial.TrialState.FAIL]
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     first = completed(studies[sl.study_name])[0]
     assert first.params == zombie.params and first.user_attrs["seed_list"] == [0]
 
 
 def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_width_tune):
     base, search, all_slices, studies, _ = setup(tmp_path, "search.success.seeds=[0,1]")
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     by_value = {}
     for trial in completed(studies[all_slices[0].study_name]):
         by_value.setdefault(trial.params["task.lengths.width"], []).append(trial.user_attrs["seed_list"])
@@ -110,7 +111,7 @@ def test_a_knob_of_explicit_float_values_is_bisected(tmp_path, monkeypatch):
     assert search.success.metric == "ood/icl_acc"
     [sl] = search_studies.slices(base, search, "alpha")
     studies = {sl.study_name: search_studies.open_study(sl, search, search_studies.storage_for(None, tmp_path))}
-    loop.run(base, search, [sl], studies, tmp_path, extend=0)
+    loop.run(base, search, [sl], studies, OutDir(tmp_path), extend=0)
     pooled = bisection.evidence(studies[sl.study_name].get_trials(), "task.alpha")
     assert bisection.minimal_value(sl.values, pooled, 1.0) == ALPHA_NEEDED
     assert len(calls) < len(ALPHAS)  # bisection, not every value
@@ -145,7 +146,7 @@ def test_a_diverged_seed_counts_as_a_failure_whatever_its_last_finite_evaluation
 
     monkeypatch.setattr(loop, "read_result", diverged_below)
     base, search, all_slices, studies, _ = setup(tmp_path)
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     for sl in all_slices:
         pooled = bisection.evidence(studies[sl.study_name].get_trials(), "task.lengths.width")
         assert bisection.minimal_value(sl.values, pooled, 1.0) == WIDTH_NEEDED
@@ -166,13 +167,13 @@ def test_a_seed_that_fails_on_every_try_fails_its_candidate_with_its_error_in_tr
                 yield points
                 for point in points:
                     if point["task.lengths.width"] == WIDTH_NEEDED:
-                        (space.trial_dir(out, point) / "result.json").unlink()
-                        atomic_write(space.trial_dir(out, point) / ERROR_FILE, OOM + "\n")
+                        (space.trial_dir(out.local, point) / "result.json").unlink()
+                        atomic_write(space.trial_dir(out.local, point) / ERROR_FILE, OOM + "\n")
         fake_run_rounds(base, search, erring(rounds), out)
 
     monkeypatch.setattr(tuner, "run_rounds", failing_at_needed)
     base, search, all_slices, studies, _ = setup(tmp_path)
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     tables.write(tmp_path, base, search, studies, all_slices)
     frame = pd.read_csv(tmp_path / "trials.csv")
     erred = frame[frame["task.lengths.width"] == WIDTH_NEEDED]

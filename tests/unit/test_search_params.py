@@ -6,6 +6,7 @@ import optuna
 import pytest
 import yaml
 
+from sweep.out_dir import OutDir
 from sweep.search import loop, tables
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
@@ -80,7 +81,7 @@ def test_point_ids_of_lists_read_well_and_long_ones_stay_unique_and_short():
 
 def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_once(tmp_path, fake_r_tune):
     base, search, all_slices, studies, storage = setup(tmp_path)
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     references = [p for points in fake_r_tune for p in points if p["task.lengths.family"] == "optimal"]
     assert references == [{"task.lengths.family": "optimal", "seed": 0}]  # both slices share Proposition 8's point
     assert len(fake_r_tune) == 2  # budget 6 at 3 candidates a round
@@ -102,7 +103,7 @@ def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_on
 
     # a re-run with the budget spent asks nothing and trains nothing
     studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     assert len(fake_r_tune) == 2
 
 
@@ -111,7 +112,7 @@ def test_invalid_proposals_are_pruned_with_their_reason(tmp_path, fake_r_tune):
     base, search, all_slices, studies, _ = setup(tmp_path)
     weights_study = studies[all_slices[1].study_name]
     weights_study.enqueue_trial({f"task.lengths.weights[{i}]": 0.0 for i in range(6)})
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     pruned = [t for t in weights_study.get_trials() if t.state == optuna.trial.TrialState.PRUNED]
     assert pruned and "positive weight" in pruned[0].user_attrs["pruned_because"]
     trained = [p for points in fake_r_tune for p in points if p["task.lengths.family"] == "weights"]
@@ -124,7 +125,7 @@ def test_a_repeated_candidate_in_one_round_gets_fresh_seeds(tmp_path, fake_r_tun
     same = {"task.lengths.low": 1, "task.lengths.high": 6, "task.lengths.exponent": 1.0}
     power.enqueue_trial(same)
     power.enqueue_trial(same)
-    loop.run(base, search, all_slices, studies, tmp_path, extend=0)
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     seeds = [t.user_attrs["seed_list"] for t in power.get_trials() if t.params == same]
     assert seeds == [[0], [1]]
 

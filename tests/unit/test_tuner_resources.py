@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from sweep import tuner
+from sweep.out_dir import OutDir
 from sweep.space import ResourcesConfig, load_sweep
 from tests.conftest import CONFIGS
 from trainables import config
@@ -57,7 +58,7 @@ def test_cuda_trials_that_ask_for_no_gpu_are_refused_before_anything_runs(cluste
     """Ray hides the GPUs from a trial that asks for none: such a trial could only fail, on every try."""
     cluster += [{"Alive": True, "Resources": {"CPU": 2.0, "GPU": 1.0, "memory": 2.0 ** 34}}]
     base, sweep, points = load_sweep(CONFIGS / "debug_grid.yaml", ["sweep.axes=[{key: device, values: [cpu, cuda]}]"])
-    members = tuner.members(points, Path("/nonexistent"))
+    members = tuner.members(points, OutDir(Path("/nonexistent")))
     if refused:
         with pytest.raises(ConfigError, match="cuda needs sweep.resources.gpu > 0") as info:
             tuner.plan(config.to_dict(base), members, 1, gpu)
@@ -84,12 +85,12 @@ def test_a_candidates_seeds_share_a_trial_so_that_they_can_stop_each_other(clust
     base, sweep, points = load_sweep(CONFIGS / "debug_grid.yaml", ["sweep.seeds=[0,1]"])  # 4 cells x 2 seeds
     grouped = lambda point: {"group": f"{point['task.lengths.low']},{point['task.lengths.high']}"}
     sizes = lambda members, pack: [len(c) for c in tuner.plan(config.to_dict(base), members, pack, 0).values()]
-    with_groups = tuner.members(points, Path("/nonexistent"), verdict=grouped)
+    with_groups = tuner.members(points, OutDir(Path("/nonexistent")), verdict=grouped)
     assert sizes(with_groups, 3) == [2, 2, 2, 2]  # 3 would split a candidate: 2 a trial
     assert sizes(with_groups, 4) == [4, 4] and sizes(with_groups, 1) == [1] * 8
     for chunk in tuner.plan(config.to_dict(base), with_groups, 3, 0).values():
         assert len({m["verdict"]["group"] for m in chunk}) == 1
-    assert sizes(tuner.members(points, Path("/nonexistent")), 3) == [3, 3, 2]
+    assert sizes(tuner.members(points, OutDir(Path("/nonexistent"))), 3) == [3, 3, 2]
 
 
 def test_auto_packing_rounds_up_to_whole_candidates(monkeypatch):

@@ -1,0 +1,213 @@
+"""Sweeps whose --out is a place in an S3-compatible bucket (moto's server on 127.0.0.1, checking credentials), on
+two Ray nodes on 127.0.0.1 that share no writable directory: the second node runs in a mount namespace of its own
+where a private tmpfs hides the test's directories (the drivers' mirrors) and holds its own TMPDIR.
+
+A grid loses its second node midway, then its driver is killed; started again from another working directory with
+an empty mirror, it resumes from the bucket alone and finishes with the results of the same grid on local disk, every
+trial's files in the bucket. A search does the same with its studies in PostgreSQL. Bad input (a bucket that does
+not exist, wrong credentials, an endpoint that does not answer, a search without a database) is one line naming the
+option, exit 2, nothing written and no secret printed."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import CONFIGS
+from tests.e2e.conftest import log_tail, start_head, start_node, stop_head, stop_node
+from tests.integration.conftest import postgres  # noqa: F401 (the fixture, for the search's studies)
+from tests.s3_server import s3_server
+
+pytestmark = pytest.mark.e2e
+HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
+GRID = CONFIGS / "debug_two_nodes.yaml"  # 4 points, 1 member per trial, a checkpoint every 50 of 400 steps
+# Two slices searched side by side (no guide): each round trains two trials at once, one on each node.
+SEARCH = [CONFIGS / "debug_search.yaml", "search.guide.metric=", "search.budget.per_slice=4"]
+TIMEOUT_S = 300
+MEMBER_FILES = {"config.yaml", "metrics.jsonl", "result.json", "attention.npz"}
+COMPARED = ["trial", "status", "steps", "id/acc", "ood/acc"]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    with s3_server(tmp_path_factory.mktemp("s3") / "moto.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def head(s3):
+    """A head whose processes (and trials) hold the bucket's credentials, as a cluster's nodes would."""
+    saved = {k: os.environ.get(k) for k in s3.credentials}
+    os.environ.update(s3.credentials)
+    try:
+        head = start_head(num_cpus=1)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    try:
+        yield head
+    finally:
+        survivors = stop_head(head)
+        assert not survivors, f"processes of the test's ray head survived SIGKILL: {survivors}"
+
+
+def private_node(head, s3, hidden: Path):
+    """A second node, with the bucket's credentials, that sees none of `hidden` (a tmpfs over it, holding its TMPDIR:
+    where its trials keep their working copies)."""
+    hide = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs tmpfs "$0" && mkdir "$0/node-tmp" && exec "$@"', str(hidden))
+    saved = {k: os.environ.get(k) for k in [*s3.credentials, "TMPDIR"]}
+    os.environ.update(s3.credentials | {"TMPDIR": str(hidden / "node-tmp")})
+    try:
+        return start_node(head, num_cpus=1, wrapper=hide)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+
+
+def driver(head, s3, args: list, cache: Path, cwd: Path, log: Path) -> subprocess.Popen:
+    """headsweep as a driver on the head's machine, in its own session, with its own mirror directory."""
+    env = head.client_env(HEADSWEEP_CACHE=str(cache), OMP_NUM_THREADS="1", WANDB_MODE="offline", **s3.credentials)
+    cwd.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as sink:
+        return subprocess.Popen([HEADSWEEP, *map(str, args), "--address", head.address], env=env, cwd=cwd,
+                                stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def wait_for(keys_found, what: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not keys_found():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"never saw {what} (driver exit {proc.poll()}):\n{log_tail(log, 60)}")
+        time.sleep(0.3)
+
+
+def training_on(node, hidden: Path) -> bool:
+    """Whether a trial on `node` trains a member in a working copy under the node's private TMPDIR (seen through
+    /proc/PID/root: the node's own view of the file system)."""
+    scratch = Path(f"/proc/{node.process.pid}/root{hidden}/node-tmp")
+    return any(scratch.glob("headsweep-*/metrics.jsonl")) and not (hidden / "node-tmp").exists()
+
+
+def kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def results(keys: list[str], name: str) -> set[str]:
+    """The members that have `name` in the bucket."""
+    return {k.split("/")[1] for k in keys if k.startswith("trials/") and k.endswith("/" + name)}
+
+
+def local_reference(args: list, out: Path) -> None:
+    """The same sweep on local disk, with a Ray of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"OMP_NUM_THREADS": "1",
+                                                                                "WANDB_MODE": "offline"}
+    proc = subprocess.run([HEADSWEEP, *map(str, args), "--out", str(out)], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, tmp_path):
+    uri, prefix = s3.uri("grid"), "grid"
+    args = ["grid", GRID, "logging.wandb=true", "--out", uri]
+    log = tmp_path / "driver.log"
+    node, first = private_node(head, s3, tmp_path), None
+    try:
+        first = driver(head, s3, args, tmp_path / "cache-a", tmp_path / "first", log)
+        # A trial trains on the second node and one has pushed a checkpoint (its state.pt): then the second node
+        # dies, as its machine would.
+        wait_for(lambda: training_on(node, tmp_path), "a trial on the second node", first, log)
+        wait_for(lambda: results(s3.keys(prefix), "state.pt"), "a checkpoint in the bucket", first, log)
+        assert not stop_node(node)
+        node = None
+        # Some members finished, not all: then the driver dies too.
+        wait_for(lambda: results(s3.keys(prefix), "result.json"), "a finished member", first, log)
+        kill(first)
+        finished_before = results(s3.keys(prefix), "result.json")
+        assert 0 < len(finished_before) < 4, "the grid ended before its driver was killed: nothing left to resume"
+    finally:
+        if first is not None:
+            kill(first)
+        if node is not None:
+            assert not stop_node(node)
+
+    # Another working directory, an empty mirror: everything it knows comes from the bucket.
+    second = driver(head, s3, args, tmp_path / "cache-b", tmp_path / "second", log)
+    try:
+        assert second.wait(timeout=TIMEOUT_S) == 0, log_tail(log, 80)
+    finally:
+        kill(second)
+    keys = s3.keys(prefix)
+    points = results(keys, "result.json")
+    assert len(points) == 4
+    for point in points:
+        files = {k.split("/", 2)[2] for k in keys if k.startswith(f"trials/{point}/")}
+        assert MEMBER_FILES <= files, (point, files)
+        assert any(f.startswith("wandb/offline-run-") and f.endswith(".wandb") for f in files), (point, files)
+        assert "state.pt" not in files  # a finished member's checkpoint is gone with its training
+    assert {"config.yaml", "results.csv", "report.html", "ray/grid_plan.json"} <= set(keys)
+    assert not [k for k in keys if k.startswith(".preflight-")]  # every node's probe deleted again
+
+    frame = pd.read_csv(s3.client().get_object(Bucket=s3.bucket, Key=f"{prefix}/results.csv")["Body"])
+    local_reference(["grid", GRID, "logging.wandb=true"], tmp_path / "local")
+    reference = pd.read_csv(tmp_path / "local" / "results.csv")
+    pd.testing.assert_frame_equal(frame[COMPARED].sort_values("trial").reset_index(drop=True),
+                                  reference[COMPARED].sort_values("trial").reset_index(drop=True))
+    assert (tmp_path / "cache-b" / s3.bucket / prefix / "report.html").exists()  # the local copy it printed
+
+
+def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres, tmp_path):  # noqa: F811 (fixture)
+    uri, prefix = s3.uri("search"), "search"
+    args = ["search", *SEARCH, "--out", uri, "--storage", postgres.createdb("bucket_search")]
+    log = tmp_path / "driver.log"
+    node = private_node(head, s3, tmp_path)
+    try:
+        first = driver(head, s3, args, tmp_path / "cache-a", tmp_path / "first", log)
+        try:
+            wait_for(lambda: results(s3.keys(prefix), "result.json"), "a finished member", first, log)
+        finally:
+            kill(first)
+        second = driver(head, s3, args, tmp_path / "cache-b", tmp_path / "second", log)
+        try:
+            assert second.wait(timeout=TIMEOUT_S) == 0, log_tail(log, 80)
+        finally:
+            kill(second)
+        actors = head.json("/api/v0/actors?limit=1000")["data"]["result"]["result"]
+        assert any(a["class_name"] == "ImplicitFunc" and a["node_id"] == node.node_id for a in actors)  # trials ran there
+    finally:
+        assert not stop_node(node)
+    keys = s3.keys(prefix)
+    assert {"config.yaml", "trials.csv", "min_diversity.csv", "report.html"} <= set(keys)
+    local_reference(["search", *SEARCH], tmp_path / "local")
+    answer = pd.read_csv(s3.client().get_object(Bucket=s3.bucket, Key=f"{prefix}/min_diversity.csv")["Body"])
+    reference = pd.read_csv(tmp_path / "local" / "min_diversity.csv")
+    assert answer["diversity_star"].tolist() == reference["diversity_star"].tolist()
+
+
+@pytest.mark.parametrize("case", ["missing bucket", "wrong secret", "silent endpoint", "journal"])
+def test_bad_bucket_input_is_one_line_naming_the_option_and_writes_nothing(s3, tmp_path, case):
+    credentials = s3.credentials | ({"AWS_SECRET_ACCESS_KEY": "not-the-secret-0123456789"} if case == "wrong secret"
+                                    else {})
+    uri = {"missing bucket": s3.uri("bad", bucket="no-such-bucket"),
+           "silent endpoint": "s3://headsweep-tests/bad?endpoint_override=http://127.0.0.1:9"}.get(case, s3.uri("bad"))
+    verb = ["search", *SEARCH] if case == "journal" else ["grid", GRID]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | credentials | {
+        "HEADSWEEP_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([HEADSWEEP, *map(str, verb), "--out", uri], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    [line] = proc.stderr.strip().splitlines()
+    option = "--storage" if case == "journal" else "--out"
+    assert line.startswith(f"headsweep: error: {option}: "), line
+    reason = {"missing bucket": "bucket 'no-such-bucket' does not exist", "wrong secret": "access denied",
+              "silent endpoint": "does not answer", "journal": "postgresql://"}[case]
+    assert reason in line, line
+    assert credentials["AWS_SECRET_ACCESS_KEY"] not in proc.stdout + proc.stderr
+    assert s3.keys("bad") == [] and not (tmp_path / "cache").exists()

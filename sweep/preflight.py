@@ -14,8 +14,9 @@ import secrets
 import shutil
 import time
 from contextlib import suppress
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+import pyarrow.fs as pafs
 import ray
 from ray.exceptions import RayError, TaskUnschedulableError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -43,7 +44,12 @@ def check_bucket(bucket: store.Bucket) -> None:
     """Raise ConfigError("--out", ...) naming the first node that cannot reach the bucket (credentials, endpoint,
     network) or write to it. Every probe object is deleted again, whatever happened."""
     token = secrets.token_hex(16)
-    probes = bucket.child(f"{PROBE_PREFIX}{token}")
+    probes, fs = bucket.child(f"{PROBE_PREFIX}{token}"), bucket.filesystem
+    # The prefix and its parents that hold nothing yet: S3 has no directories, but pyarrow leaves an empty marker
+    # object for each one that a deletion empties, and a check that fails must leave nothing behind.
+    parts = PurePosixPath(bucket.prefix).parts
+    missing = [p for p in (str(PurePosixPath(bucket.name, *parts[:n])) for n in range(len(parts), 0, -1))
+               if fs.get_file_info(p).type == pafs.FileType.NotFound]
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     pending = {_bucket_probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], False))
                .remote(probes, token, _node_file(n)): n for n in nodes}
@@ -63,20 +69,23 @@ def check_bucket(bucket: store.Bucket) -> None:
                 raise _cannot_reach(pending[ref], bucket, problem)
     finally:
         with suppress(FileNotFoundError):
-            bucket.filesystem.delete_dir(probes.path())
+            fs.delete_dir(probes.path())
+        for path in missing:  # deepest first, each only while still empty (another driver may have started)
+            if not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+                with suppress(FileNotFoundError):
+                    fs.delete_dir(path)
 
 
 @ray.remote(max_retries=0)
 def _bucket_probe(probes: store.Bucket, token: str, name: str) -> str | None:
     """On one node: None if it could check the bucket and write `name` into `probes` and read it back, else why not."""
+    if (problem := store.problem(probes)) is not None:
+        return problem
     try:
-        store.check(probes, key="")
         with probes.filesystem.open_output_stream(probes.path(name)) as sink:
             sink.write(token.encode())
         with probes.filesystem.open_input_stream(probes.path(name)) as source:
             return None if source.readall().decode() == token else "it reads back another token"
-    except ConfigError as e:
-        return e.reason
     except OSError as e:
         return f"it cannot write there: {store.why(str(e))}"
 

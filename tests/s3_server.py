@@ -50,10 +50,12 @@ class S3Server:
         return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
                             aws_secret_access_key=self.secret_key, region_name="us-east-1")
 
-    def keys(self, prefix: str) -> list[str]:
-        """Every object key under `prefix` (relative to it)."""
+    def keys(self, prefix: str, markers: bool = False) -> list[str]:
+        """The key of every file under `prefix` (relative to it); with `markers`, also the empty objects ending in /
+        that pyarrow leaves for directories."""
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix + "/")
-        return sorted(o["Key"][len(prefix) + 1:] for page in pages for o in page.get("Contents", []))
+        keys = (o["Key"][len(prefix) + 1:] for page in pages for o in page.get("Contents", []))
+        return sorted(k for k in keys if markers or not k.endswith("/"))
 
 
 @contextmanager
@@ -80,12 +82,10 @@ def s3_server(log: Path) -> Iterator[S3Server]:
         s3.client().create_bucket(Bucket=BUCKET)
         yield s3
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server this function started, and nothing else
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        # The server this function started, and nothing else; SIGKILL: it keeps nothing worth a clean stop, and on
+        # SIGTERM it waits for its clients' idle keep-alive connections (30 s seen).
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
 
 
 def _wait_until_up(endpoint: str, server: subprocess.Popen) -> None:

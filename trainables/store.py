@@ -99,15 +99,20 @@ class Bucket:
 def check(bucket: Bucket, key: str = "--out") -> None:
     """ConfigError(key) unless the bucket exists and these credentials may list it (read), at an endpoint that
     answers; writes nothing. The reason names the place and what to check, and never a secret."""
+    if (found := problem(bucket)) is not None:
+        raise ConfigError(key, f"cannot use {bucket}: {found}")
+
+
+def problem(bucket: Bucket) -> str | None:
+    """Why these credentials cannot read the bucket here (None: they can)."""
     fs = bucket.connect(timeout_s=CHECK_TIMEOUT_S)
     try:
-        found = fs.get_file_info(bucket.name).type != pafs.FileType.NotFound
-        if found:
-            fs.get_file_info(pafs.FileSelector(bucket.path(), allow_not_found=True, recursive=False))
+        if fs.get_file_info(bucket.name).type == pafs.FileType.NotFound:
+            return "no such bucket (create it first)"
+        fs.get_file_info(pafs.FileSelector(bucket.path(), allow_not_found=True, recursive=False))
     except OSError as error:
-        raise ConfigError(key, f"cannot use {bucket}: {why(str(error))}") from None
-    if not found:
-        raise ConfigError(key, f"bucket {bucket.name!r} does not exist at {bucket.endpoint or 'AWS'}: create it first")
+        return why(str(error))
+    return None
 
 
 def why(message: str) -> str:

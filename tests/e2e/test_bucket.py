@@ -55,13 +55,14 @@ def head(s3):
         assert not survivors, f"processes of the test's ray head survived SIGKILL: {survivors}"
 
 
-def private_node(head, s3, hidden: Path):
-    """A second node, with the bucket's credentials, that sees none of `hidden` (a tmpfs over it, holding its TMPDIR:
-    where its trials keep their working copies)."""
+def private_node(head, s3, hidden: Path, secret: str | None = None):
+    """A second node, with the bucket's credentials (or this secret), that sees none of `hidden` (a tmpfs over it,
+    holding its TMPDIR: where its trials keep their working copies)."""
     hide = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
             'mount -t tmpfs tmpfs "$0" && mkdir "$0/node-tmp" && exec "$@"', str(hidden))
     saved = {k: os.environ.get(k) for k in [*s3.credentials, "TMPDIR"]}
-    os.environ.update(s3.credentials | {"TMPDIR": str(hidden / "node-tmp")})
+    os.environ.update(s3.credentials | {"TMPDIR": str(hidden / "node-tmp")}
+                      | ({"AWS_SECRET_ACCESS_KEY": secret} if secret else {}))
     try:
         return start_node(head, num_cpus=1, wrapper=hide)
     finally:
@@ -153,7 +154,7 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
         assert any(f.startswith("wandb/offline-run-") and f.endswith(".wandb") for f in files), (point, files)
         assert "state.pt" not in files  # a finished member's checkpoint is gone with its training
     assert {"config.yaml", "results.csv", "report.html", "ray/grid_plan.json"} <= set(keys)
-    assert not [k for k in keys if k.startswith(".preflight-")]  # every node's probe deleted again
+    assert not [k for k in s3.keys(prefix, markers=True) if k.startswith(".preflight-")]  # every probe deleted
 
     frame = pd.read_csv(s3.client().get_object(Bucket=s3.bucket, Key=f"{prefix}/results.csv")["Body"])
     local_reference(["grid", GRID, "logging.wandb=true"], tmp_path / "local")
@@ -161,6 +162,28 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
     pd.testing.assert_frame_equal(frame[COMPARED].sort_values("trial").reset_index(drop=True),
                                   reference[COMPARED].sort_values("trial").reset_index(drop=True))
     assert (tmp_path / "cache-b" / s3.bucket / prefix / "report.html").exists()  # the local copy it printed
+
+    # The report rebuilt from the bucket alone, anywhere.
+    env = head.client_env(HEADSWEEP_CACHE=str(tmp_path / "cache-c"), **s3.credentials)
+    proc = subprocess.run([HEADSWEEP, "report", uri], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"s3://{s3.bucket}/{prefix}/report.html"), proc.stderr
+    assert (tmp_path / "cache-c" / s3.bucket / prefix / "report.html").exists()
+
+
+def test_a_node_that_cannot_use_the_bucket_is_refused_before_anything_runs(head, s3, tmp_path):
+    node = private_node(head, s3, tmp_path, secret="not-the-node-secret-0123456789")
+    try:
+        env = head.client_env(HEADSWEEP_CACHE=str(tmp_path / "cache"), **s3.credentials)
+        proc = subprocess.run([HEADSWEEP, "grid", GRID, "--out", s3.uri("refused/run"), "--address", head.address],
+                              env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    finally:
+        assert not stop_node(node)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"headsweep: error: --out: node 127.0.0.1/{node.node_id[:8]} cannot use "
+                            f"s3://{s3.bucket}/refused/run at {s3.endpoint} (access denied"), error
+    assert "not-the-node-secret" not in proc.stdout + proc.stderr and s3.secret_key not in proc.stdout + proc.stderr
+    assert s3.keys("refused", markers=True) == []  # nothing written: no probe, no config
 
 
 def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres, tmp_path):  # noqa: F811 (fixture)
@@ -206,7 +229,7 @@ def test_bad_bucket_input_is_one_line_naming_the_option_and_writes_nothing(s3, t
     [line] = proc.stderr.strip().splitlines()
     option = "--storage" if case == "journal" else "--out"
     assert line.startswith(f"headsweep: error: {option}: "), line
-    reason = {"missing bucket": "bucket 'no-such-bucket' does not exist", "wrong secret": "access denied",
+    reason = {"missing bucket": "no such bucket (create it first)", "wrong secret": "access denied",
               "silent endpoint": "does not answer", "journal": "postgresql://"}[case]
     assert reason in line, line
     assert credentials["AWS_SECRET_ACCESS_KEY"] not in proc.stdout + proc.stderr

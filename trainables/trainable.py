@@ -8,7 +8,8 @@ sees no difference but speed.
 
 Metrics reach the driver through the members' files (metrics.jsonl, result.json: the source of truth), not through
 Tune: a `tune.report` blocks the trial until the driver has fetched it, which cost a 156-point grid of one-step
-members a quarter of its Tune run. Tune gets the checkpoints a retry resumes from and one result per trial.
+members a quarter of its Tune run. Tune gets one result per trial, and the checkpoints a retry resumes from where
+the members' places are directories (copies.py).
 """
 from __future__ import annotations
 

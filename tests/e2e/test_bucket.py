@@ -24,9 +24,10 @@ from tests.s3_server import s3_server
 
 pytestmark = pytest.mark.e2e
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
-GRID = CONFIGS / "debug_two_nodes.yaml"  # 4 points, 1 member per trial, a checkpoint every 50 of 400 steps
+GRID = CONFIGS / "debug_two_nodes.yaml"  # 4 points, 1 member per trial, a checkpoint every 50 steps
+SHORT = "optim.max_steps=200"  # of 400: still 4 checkpoints per trial, half the suite's time
 # Two slices searched side by side (no guide): each round trains two trials at once, one on each node.
-SEARCH = [CONFIGS / "debug_search.yaml", "search.guide.metric=", "search.budget.per_slice=4"]
+SEARCH = [CONFIGS / "debug_search.yaml", "search.guide.metric=", "search.budget.per_slice=3"]
 TIMEOUT_S = 300
 MEMBER_FILES = {"config.yaml", "metrics.jsonl", "result.json", "attention.npz"}
 COMPARED = ["trial", "status", "steps", "id/acc", "ood/acc"]
@@ -117,7 +118,7 @@ def local_reference(args: list, out: Path) -> None:
 
 def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, tmp_path):
     uri, prefix = s3.uri("grid"), "grid"
-    args = ["grid", GRID, "logging.wandb=true", "--out", uri]
+    args = ["grid", GRID, SHORT, "logging.wandb=true", "--out", uri]
     log = tmp_path / "driver.log"
     node, first = private_node(head, s3, tmp_path), None
     try:
@@ -139,12 +140,15 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
         if node is not None:
             assert not stop_node(node)
 
-    # Another working directory, an empty mirror: everything it knows comes from the bucket.
+    # Another working directory, an empty mirror: everything it knows comes from the bucket. A new node has joined,
+    # with no more of the sweep on it than the first had.
+    node = private_node(head, s3, tmp_path)
     second = driver(head, s3, args, tmp_path / "cache-b", tmp_path / "second", log)
     try:
         assert second.wait(timeout=TIMEOUT_S) == 0, log_tail(log, 80)
     finally:
         kill(second)
+        assert not stop_node(node)
     keys = s3.keys(prefix)
     points = results(keys, "result.json")
     assert len(points) == 4
@@ -157,7 +161,7 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
     assert not [k for k in s3.keys(prefix, markers=True) if k.startswith(".preflight-")]  # every probe deleted
 
     frame = pd.read_csv(s3.client().get_object(Bucket=s3.bucket, Key=f"{prefix}/results.csv")["Body"])
-    local_reference(["grid", GRID, "logging.wandb=true"], tmp_path / "local")
+    local_reference(["grid", GRID, SHORT, "logging.wandb=true"], tmp_path / "local")
     reference = pd.read_csv(tmp_path / "local" / "results.csv")
     pd.testing.assert_frame_equal(frame[COMPARED].sort_values("trial").reset_index(drop=True),
                                   reference[COMPARED].sort_values("trial").reset_index(drop=True))

@@ -198,6 +198,7 @@ def search_report(tmp_path_factory) -> Path:
     from dashboards import report
     from sweep.search import loop, tables
     from sweep.search import studies as search_studies
+    from sweep.out_dir import OutDir
     from sweep.search.config import load_search
     from tests.unit.conftest import R_NEEDED, fake_executor
     from trainables import config

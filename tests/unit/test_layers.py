@@ -1,7 +1,8 @@
 """DESIGN's data flow, enforced: tasks and models -> train -> trainable -> sweep -> dashboards.
 
 - trainables/ imports nothing from sweep/ or dashboards/, and no ray, optuna or wandb at module level except
-  trainable.py (the Ray entry point); the W&B sink imports wandb lazily, inside the sink.
+  trainable.py (the Ray entry point) and copies.py (its checkpoints through Tune); the W&B sink imports wandb lazily,
+  inside the sink.
 - dashboards/ imports nothing from sweep/.
 - Nothing in sweep/ or dashboards/ names a task's keys or a model's name: what is task-specific is behind the
   registries (tasks.TASKS, models.MODELS).
@@ -59,7 +60,7 @@ def all_imports(path: Path) -> set[str]:
 def test_trainables_import_nothing_downstream_and_no_orchestration_library(path):
     assert not all_imports(path) & {"sweep", "dashboards"}
     heavy = top_level_imports(path) & {"ray", "optuna", "wandb", "wandb_workspaces"}
-    assert not heavy or path.name == "trainable.py", f"{path.name} imports {heavy} at module level"
+    assert not heavy or path.name in ("trainable.py", "copies.py"), f"{path.name} imports {heavy} at module level"
 
 
 def trainables_imports(path: Path) -> set[str]:

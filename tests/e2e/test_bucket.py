@@ -1,6 +1,6 @@
 """Sweeps whose --out is a place in an S3-compatible bucket (moto's server on 127.0.0.1, checking credentials), on
 two Ray nodes on 127.0.0.1 that share no writable directory: the second node runs in a mount namespace of its own
-where a private tmpfs hides the test's directories (the drivers' mirrors) and holds its own TMPDIR.
+with private /tmp and /dev/shm and a read-only checkout (private_node).
 
 A grid loses its second node midway, then its driver is killed; started again from another working directory with
 an empty mirror, it resumes from the bucket alone and finishes with the results of the same grid on local disk, every
@@ -29,6 +29,8 @@ SHORT = "optim.max_steps=200"  # of 400: still 4 checkpoints per trial, half the
 # Two slices searched side by side (no guide): each round trains two trials at once, one on each node.
 SEARCH = [CONFIGS / "debug_search.yaml", "search.guide.metric=", "search.budget.per_slice=3"]
 TIMEOUT_S = 300
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: read-only for the second node
+PRIVATE = "/tmp/headsweep-private-node"  # inside the second node's own /tmp only
 MEMBER_FILES = {"config.yaml", "metrics.jsonl", "result.json", "attention.npz"}
 COMPARED = ["trial", "status", "steps", "id/acc", "ood/acc"]
 
@@ -56,16 +58,22 @@ def head(s3):
         assert not survivors, f"processes of the test's ray head survived SIGKILL: {survivors}"
 
 
-def private_node(head, s3, hidden: Path, secret: str | None = None):
-    """A second node, with the bucket's credentials (or this secret), that sees none of `hidden` (a tmpfs over it,
-    holding its TMPDIR: where its trials keep their working copies)."""
-    hide = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
-            'mount -t tmpfs tmpfs "$0" && mkdir "$0/node-tmp" && exec "$@"', str(hidden))
-    saved = {k: os.environ.get(k) for k in [*s3.credentials, "TMPDIR"]}
-    os.environ.update(s3.credentials | {"TMPDIR": str(hidden / "node-tmp")}
+def private_node(head, s3, secret: str | None = None):
+    """A second node, with the bucket's credentials (or this secret), in a mount namespace of its own: a fresh tmpfs
+    over /tmp (its Ray files, HOME and TMPDIR, where its trials keep their working copies; the test's directories and
+    the drivers' local copies are gone from view) and over /dev/shm (Ray's object store), and the checkout (its
+    Python) read-only. It shares no writable directory with the head and the drivers; the head's token is copied
+    into its own /tmp, as onto another machine."""
+    private = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'token=$(cat "$RAY_AUTH_TOKEN_PATH") && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm '
+               '&& mount -o bind,ro "$0" "$0" && for arg; do temp_dir=$arg; done '
+               '&& mkdir -p "$temp_dir" "$HOME" "$TMPDIR" "$(dirname "$RAY_AUTH_TOKEN_PATH")" '
+               '&& (umask 077 && printf %s "$token" > "$RAY_AUTH_TOKEN_PATH") && exec "$@"', str(ROOT))
+    saved = {k: os.environ.get(k) for k in [*s3.credentials, "TMPDIR", "HOME"]}
+    os.environ.update(s3.credentials | {"TMPDIR": f"{PRIVATE}/tmp", "HOME": f"{PRIVATE}/home"}
                       | ({"AWS_SECRET_ACCESS_KEY": secret} if secret else {}))
     try:
-        return start_node(head, num_cpus=1, wrapper=hide)
+        return start_node(head, num_cpus=1, wrapper=private)
     finally:
         for key, value in saved.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
@@ -89,11 +97,11 @@ def wait_for(keys_found, what: str, proc: subprocess.Popen, log: Path) -> None:
         time.sleep(0.3)
 
 
-def training_on(node, hidden: Path) -> bool:
-    """Whether a trial on `node` trains a member in a working copy under the node's private TMPDIR (seen through
-    /proc/PID/root: the node's own view of the file system)."""
-    scratch = Path(f"/proc/{node.process.pid}/root{hidden}/node-tmp")
-    return any(scratch.glob("headsweep-*/metrics.jsonl")) and not (hidden / "node-tmp").exists()
+def training_on(node) -> bool:
+    """Whether a trial on `node` trains a member in a working copy in the node's private TMPDIR (seen through
+    /proc/PID/root: the node's own view of the file system; the rest of the machine has no such directory)."""
+    scratch = Path(f"/proc/{node.process.pid}/root{PRIVATE}/tmp")
+    return any(scratch.glob("headsweep-*/metrics.jsonl")) and not Path(PRIVATE).exists()
 
 
 def kill(proc: subprocess.Popen) -> None:
@@ -120,12 +128,12 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
     uri, prefix = s3.uri("grid"), "grid"
     args = ["grid", GRID, SHORT, "logging.wandb=true", "--out", uri]
     log = tmp_path / "driver.log"
-    node, first = private_node(head, s3, tmp_path), None
+    node, first = private_node(head, s3), None
     try:
         first = driver(head, s3, args, tmp_path / "cache-a", tmp_path / "first", log)
         # A trial trains on the second node and one has pushed a checkpoint (its state.pt): then the second node
         # dies, as its machine would.
-        wait_for(lambda: training_on(node, tmp_path), "a trial on the second node", first, log)
+        wait_for(lambda: training_on(node), "a trial on the second node", first, log)
         wait_for(lambda: results(s3.keys(prefix), "state.pt"), "a checkpoint in the bucket", first, log)
         assert not stop_node(node)
         node = None
@@ -142,7 +150,7 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
 
     # Another working directory, an empty mirror: everything it knows comes from the bucket. A new node has joined,
     # with no more of the sweep on it than the first had.
-    node = private_node(head, s3, tmp_path)
+    node = private_node(head, s3)
     second = driver(head, s3, args, tmp_path / "cache-b", tmp_path / "second", log)
     try:
         assert second.wait(timeout=TIMEOUT_S) == 0, log_tail(log, 80)
@@ -175,7 +183,7 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
 
 
 def test_a_node_that_cannot_use_the_bucket_is_refused_before_anything_runs(head, s3, tmp_path):
-    node = private_node(head, s3, tmp_path, secret="not-the-node-secret-0123456789")
+    node = private_node(head, s3, secret="not-the-node-secret-0123456789")
     try:
         env = head.client_env(HEADSWEEP_CACHE=str(tmp_path / "cache"), **s3.credentials)
         proc = subprocess.run([HEADSWEEP, "grid", GRID, "--out", s3.uri("refused/run"), "--address", head.address],
@@ -194,7 +202,7 @@ def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres,
     uri, prefix = s3.uri("search"), "search"
     args = ["search", *SEARCH, "--out", uri, "--storage", postgres.createdb("bucket_search")]
     log = tmp_path / "driver.log"
-    node = private_node(head, s3, tmp_path)
+    node = private_node(head, s3)
     try:
         first = driver(head, s3, args, tmp_path / "cache-a", tmp_path / "first", log)
         try:

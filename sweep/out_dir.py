@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 
 from sweep.space import point_id, trial_dir
 from trainables import store
+from trainables.copies import STATE_FILE
 
 CACHE_VAR = "HEADSWEEP_CACHE"
 TRIALS = "trials"
@@ -27,9 +28,10 @@ PULL_EVERY_S = 30.0  # while a grid runs, how often its progress line looks in t
 
 
 def _not_mirrored(path: PurePosixPath) -> bool:
-    """What the driver never needs locally: Tune's experiments (state, checkpoints; Tune reads them from the bucket)
-    and the trials' W&B runs (for `wandb sync`, fetched when wanted)."""
-    return (path.parts[0] == "ray" and len(path.parts) > 2) or "wandb" in path.parts
+    """What the driver never needs locally: Tune's experiments (state, checkpoints; Tune reads them from the bucket),
+    the members' checkpoints (their trials' business) and the trials' W&B runs (for `wandb sync`, fetched when
+    wanted)."""
+    return (path.parts[0] == "ray" and len(path.parts) > 2) or "wandb" in path.parts or path.name == STATE_FILE
 
 
 def _trials_files(path: PurePosixPath) -> bool:

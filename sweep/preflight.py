@@ -50,23 +50,10 @@ def check_bucket(bucket: store.Bucket) -> None:
     parts = PurePosixPath(bucket.prefix).parts
     missing = [p for p in (str(PurePosixPath(bucket.name, *parts[:n])) for n in range(len(parts), 0, -1))
                if fs.get_file_info(p).type == pafs.FileType.NotFound]
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    pending = {_bucket_probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], False))
-               .remote(probes, token, _node_file(n)): n for n in nodes}
     try:
-        ready, late = ray.wait(list(pending), num_returns=len(pending), timeout=ANSWER_S)
-        if late:
-            ray.cancel(late[0], force=True)
-            raise _cannot_reach(pending[late[0]], bucket, f"its probe did not answer within {ANSWER_S} s")
-        for ref in ready:
-            try:
-                problem = ray.get(ref)
-            except TaskUnschedulableError:
-                continue  # the node left since ray.nodes() listed it
-            except RayError as e:
-                problem = "its probe failed: " + (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+        for node, problem in _ask_every_node(_bucket_probe, probes, token):
             if problem is not None:
-                raise _cannot_reach(pending[ref], bucket, problem)
+                raise _cannot_reach(node, bucket, problem)
     finally:
         with suppress(FileNotFoundError):
             fs.delete_dir(probes.path())
@@ -120,25 +107,33 @@ def check_shared_storage(out: Path) -> None:
 
 
 def _check_nodes(probes: Path, token: str) -> None:
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    pending = {_probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-               .remote(str(probes), token, _node_file(n)): n for n in nodes}
-    ready, late = ray.wait(list(pending), num_returns=len(pending), timeout=ANSWER_S)
-    if late:
-        ray.cancel(late[0], force=True)
-        raise _cannot(pending[late[0]], "read", probes, f"its probe did not answer within {ANSWER_S} s")
-    for ref in ready:
-        node = pending[ref]
-        try:
-            problem = ray.get(ref)
-        except TaskUnschedulableError:
-            continue  # the node left since ray.nodes() listed it (Ray takes seconds to notice): no trial goes there
-        except RayError as e:  # e.g. it died during the probe, or cannot import this code
-            problem = "its probe failed: " + (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+    for node, problem in _ask_every_node(_probe, str(probes), token):
         if problem is not None:
             raise _cannot(node, "read", probes, problem)
         if (problem := _read_token(probes / _node_file(node), token)) is not None:
             raise _cannot(node, "write", probes, f"the driver reads {_node_file(node)}: {problem}")
+
+
+def _ask_every_node(probe, *args) -> list[tuple[dict, str | None]]:
+    """Run probe(*args, the node's file name) pinned to each alive node: (node, its answer: None, or what is wrong),
+    a probe that did not answer within ANSWER_S first. A node that left since ray.nodes() listed it (Ray takes seconds
+    to notice) is skipped: no trial goes there."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    pending = {probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+               .remote(*args, _node_file(n)): n for n in nodes}
+    ready, late = ray.wait(list(pending), num_returns=len(pending), timeout=ANSWER_S)
+    for ref in late:
+        ray.cancel(ref, force=True)
+    answers = [(pending[ref], f"its probe did not answer within {ANSWER_S} s") for ref in late]
+    for ref in ready:
+        try:
+            answers.append((pending[ref], ray.get(ref)))
+        except TaskUnschedulableError:
+            continue
+        except RayError as e:  # e.g. it died during the probe, or cannot import this code
+            answers.append((pending[ref], "its probe failed: "
+                            + (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]))
+    return answers
 
 
 @ray.remote(max_retries=0)

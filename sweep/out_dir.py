@@ -60,7 +60,10 @@ class OutDir:
         return opened
 
     def __str__(self) -> str:
-        return self.mirror.bucket.uri.split("?")[0] if self.mirror else str(self.local)
+        """--out as people read it: the directory, or s3://bucket/prefix (without the endpoint)."""
+        if self.mirror:
+            return f"{store.SCHEME}://{self.mirror.bucket.name}/{self.mirror.bucket.prefix}"
+        return str(self.local)
 
     def member_dir(self, point: dict) -> str:
         """Where the trial of `point` keeps its files, as a node reaches it: an absolute path or an s3:// URI."""

@@ -6,8 +6,8 @@ command with the same `--out` resumes it, from any machine that can reach that p
 in a local mirror (HEADSWEEP_CACHE, default ~/.cache/headsweep, then bucket/prefix): it pulls the bucket into it when
 it starts, so a driver in another working directory or on another machine resumes from the bucket alone; pulls the
 trials' files before it tells or tabulates; and pushes what it writes itself (config.yaml, the plan, the tables,
-report.html). The trials, on whichever node, push their own files (trainables/copies.py), and Tune
-keeps its experiment state and checkpoints in the bucket.
+report.html). The trials, on whichever node, push their own files and checkpoints (trainables/copies.py), and Tune
+keeps its experiment state in the bucket.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from pathlib import Path, PurePosixPath
 
 import torch
@@ -95,10 +95,7 @@ class WorkingCopies(InPlace):
         """Push every copy once more (after a failure, what it wrote is still worth keeping: error.txt, finished
         members) and remove them."""
         try:
-            if failed:
-                with suppress(OSError):
-                    self.push()
-            else:
+            with suppress(OSError) if failed else nullcontext():
                 self.push()
         finally:
             for mirror in self.mirrors.values():

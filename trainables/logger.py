@@ -179,9 +179,7 @@ class WandbSink:
         self.step, self.arrays, self.config_has_data, self.exit_code = 0, None, False, 0
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        if not self.config_has_data:
-            self.run.config.update({k: v for k, v in metrics.items() if k.startswith("data/")}, allow_val_change=True)
-            self.config_has_data = True
+        self._config_data(metrics)
         self.step = max(self.step, step)
         self.run.log(dict(metrics), step=step)
 
@@ -196,7 +194,14 @@ class WandbSink:
         self.run.log(images, step=self.step)
 
     def summary(self, metrics: dict[str, float | str]) -> None:
+        self._config_data(metrics)  # a member stopped before its first step logs nothing before its summary
         self.run.summary.update(dict(metrics))
+
+    def _config_data(self, metrics: dict) -> None:
+        """Put the diversity measures in the run's config, once."""
+        if not self.config_has_data:
+            self.run.config.update({k: v for k, v in metrics.items() if k.startswith("data/")}, allow_val_change=True)
+            self.config_has_data = True
 
     def mark_failed(self) -> None:
         self.exit_code = 1

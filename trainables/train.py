@@ -118,7 +118,8 @@ class TrainState:
 @dataclass
 class Result:
     metrics: dict[str, float | str]  # final metrics with flat `split/name` keys, plus status, steps, seconds
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # attention, accuracy matrix, W_KQ: attention.npz
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # attention, accuracy matrix, W_KQ: attention.npz;
+    # empty for a member stopped before its first step (_unmeasured)
 
 
 def seeded_generators(seed: int) -> tuple[int, int, torch.Generator]:
@@ -257,7 +258,7 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
 
     verdicts (indices: positions in `cfgs`): a member stops as a success once its rule's streak of evaluations
     passed, and once its group's verdict is decided by the results of the others (here or settled in it before
-    this call) it stops where it is, or is not trained at all.
+    this call) it stops where it is, or is not trained at all (then its result measures nothing: _unmeasured).
 
     resumes[i]: a checkpoint of member i to continue from (members resumed together are at the same step).
     on_checkpoint receives {index: checkpoint} of the members whose evaluation was finite, after each evaluation once
@@ -393,6 +394,8 @@ def _media_due(member: Member) -> bool:
 def _finish(member: Member) -> Result:
     """The member's final metrics and readout; a diverged run's are those of its last finite evaluation."""
     cfg, state = member.cfg, member.state
+    if state.status == VERDICT_KNOWN and state.step == 0:
+        return _unmeasured(member)
     model_state, finite_step, finite_metrics = member.finite
     if state.status == "diverged":
         state.model.load_state_dict(model_state)
@@ -410,9 +413,20 @@ def _finish(member: Member) -> Result:
     return Result(final, arrays)
 
 
+def _unmeasured(member: Member) -> Result:
+    """The result of a member stopped before its first step because its candidate's verdict was known. Its model was
+    never trained, so measuring it would read as a trained seed that failed: it holds no metric and no readout, only
+    why it stopped and the `data/*` measures its config fixes before any training (the diversity axis of tables)."""
+    cfg, state = member.cfg, member.state
+    return Result(task_of(cfg).diversity(cfg.task) | {
+        "status": state.status, "steps": 0, "seconds": time.perf_counter() - member.started,
+        "stopped_because": state.stopped_because})
+
+
 def save(result: Result, out_dir: str | Path) -> None:
-    """Write result.json and attention.npz; each appears whole or not at all."""
+    """Write result.json and, when the member was measured, attention.npz; each appears whole or not at all."""
     out_dir = Path(out_dir)
     write_json(out_dir / "result.json", {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                                          for k, v in result.metrics.items()})
-    atomic_write(out_dir / "attention.npz", lambda f: np.savez_compressed(f, **result.arrays))
+    if result.arrays:
+        atomic_write(out_dir / "attention.npz", lambda f: np.savez_compressed(f, **result.arrays))

@@ -15,6 +15,7 @@ from sweep.search.config import load_search
 from trainables import config, store
 from trainables.errors import ConfigError
 from trainables.io import claim_out, create_out
+from trainables.tasks import task_of
 
 
 def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str | None, storage_url: str | None,
@@ -50,7 +51,14 @@ def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str 
         loop.run(base, search, all_slices, opened, out, extend)
     finally:  # even when interrupted: what finished is in the tables and the report
         table = tuner.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
-    print(table.drop(columns=["study"]).to_string(index=False))
+    if search.minimize:
+        print(table.drop(columns=["study"]).to_string(index=False))
+    else:
+        axis = task_of(base).diversity_axis
+        print(tables.for_terminal(table, [a.key for a in search.slices], axis).to_string(index=False))
+        print(f"K*_q: the smallest {search.knob.key} at which a seed passes ({search.success.metric} "
+              f"{search.success.direction} {search.success.threshold:g}) with probability >= {search.success.rate:g}; "
+              f"[interval] at confidence {search.success.confidence:g}")
     print(f"[{out}/{'best.csv' if search.minimize else 'min_diversity.csv'}, {out}/report.html]"
           + (f" (local copy: {out.local})" if out.mirror else ""))
     return 0

@@ -1,19 +1,26 @@
-"""Samplers for the minimal-diversity search, and the verdict logic they share with the reports.
+"""Samplers of one knob for the minimal-diversity search, and the evidence they read from a study.
 
-Success is (nearly) monotone in diversity: if a width K generalizes, so does every larger K. The threshold sampler
-bisects the ordered knob values under that assumption, pooling the seeds of every evaluation of a value (m of n
-seeds must succeed, pooled as a rate), and re-checks the boundary with fresh seeds before it stops.
-Its next value is a pure function of the study's completed trials (and, with search.guide, of the verdicts other
-slices' earlier rounds imply), so a resumed study asks exactly what an uninterrupted one would have asked.
+- ThresholdSampler (the default, `search.sampler: threshold`): the next value is where `search.batch` more seeds are
+  expected to narrow the interval of K*_q most (allocation.py, on estimate.py's model); a slice is done when its
+  interval is as narrow as `search.resolution` or its `search.budget.trainings` are spent.
+- BisectionSampler (`search.sampler: bisection`, the protocol before intervals): success is taken as monotone in
+  diversity and each value gets a verdict (m of n seeds must succeed, pooled as a rate); it bisects the ordered knob
+  values, and re-checks the boundary with fresh seeds before it stops. With m = n that is the all-pass rule.
+- ExhaustiveSampler (`search.sampler: grid`): every value once, the reference.
+Each one's next value is a pure function of the study's completed trials (and, with search.guide, of the verdicts
+other slices' earlier rounds imply), so a resumed study asks exactly what an uninterrupted one would have asked.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
+
+from sweep.search import allocation, estimate
 
 
 @dataclass
@@ -21,8 +28,9 @@ class Evidence:
     """Pooled seed results of every completed evaluation of one knob value."""
 
     successes: int = 0
-    seeds: int = 0
+    seeds: int = 0  # seeds the evaluations asked for (bisection's m of n counts a seed stopped undecided as failing)
     evaluations: int = 0
+    judged: int = 0  # seeds with a verdict of their own: the success curve is fitted to these only
 
     def succeeds(self, min_rate: float) -> bool:
         return self.successes >= min_rate * self.seeds
@@ -37,7 +45,21 @@ def evidence(trials: list[FrozenTrial], key: str) -> dict[int, Evidence]:
             e.successes += trial.user_attrs["successes"]
             e.seeds += trial.user_attrs["seeds"]
             e.evaluations += 1
+            e.judged += trial.user_attrs.get("judged", trial.user_attrs["seeds"])
     return pooled
+
+
+def counts(values: list, pooled: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(passed, trained) per value, in the values' order: the success curve's data."""
+    passed = np.array([pooled[v].successes if v in pooled else 0 for v in values], float)
+    trained = np.array([pooled[v].judged if v in pooled else 0 for v in values], float)
+    return passed, trained
+
+
+def seeds_asked(trials: list[FrozenTrial]) -> int:
+    """Seed trainings asked so far (completed, or running: asked earlier this round or by another driver)."""
+    return sum(len(t.user_attrs.get("seed_list", ())) for t in trials
+               if t.state in (TrialState.COMPLETE, TrialState.RUNNING))
 
 
 def boundary(values: list[int], verdicts: dict[int, bool]) -> tuple[int, int] | None:
@@ -136,7 +158,7 @@ class ExhaustiveSampler(_OneKnobSampler):
         return next((v for v in self.values if v not in taken), None)
 
 
-class ThresholdSampler(_OneKnobSampler):
+class BisectionSampler(_OneKnobSampler):
     """Bisection over one ordered integer knob (see module docstring). `predicted` is set by the search loop before
     each round when a guide transfers other slices' verdicts (search.guide)."""
 
@@ -145,3 +167,35 @@ class ThresholdSampler(_OneKnobSampler):
     def next(self, study: optuna.Study) -> int | None:
         pooled = evidence(study.get_trials(deepcopy=False), self.key)
         return next_value(self.values, pooled, self.min_rate, predicted=self.predicted)
+
+
+class ThresholdSampler(_OneKnobSampler):
+    """K*_q with an interval (see module docstring): `rate` q, `confidence`, `batch` seeds per evaluation,
+    `resolution` in knob steps, `budget` seed trainings. `predicted` as BisectionSampler's (search.guide): it steers
+    where to probe, never the answer. The search loop sets `budget` (raised by --extend)."""
+
+    predicted: dict | None = None
+
+    def __init__(self, key: str, values: list, rate: float, confidence: float, batch: int, resolution: float,
+                 budget: int):
+        super().__init__(key, values, rate)
+        self.confidence, self.batch, self.resolution, self.budget = confidence, batch, resolution, budget
+
+    def fit(self, trials: list[FrozenTrial]) -> estimate.Estimate:
+        return estimate.fit(*counts(self.values, evidence(trials, self.key)), self.min_rate, self.confidence)
+
+    def seeds_left(self, trials: list[FrozenTrial]) -> int:
+        return max(0, self.budget - seeds_asked(trials))
+
+    def next(self, study: optuna.Study) -> int | None:
+        trials = study.get_trials(deepcopy=False)
+        left = self.seeds_left(trials)
+        passed, trained = counts(self.values, evidence(trials, self.key))
+        if not left or estimate.fit(passed, trained, self.min_rate, self.confidence).width() <= self.resolution:
+            return None
+        guide = {v: verdict for v, verdict in (self.predicted or {}).items() if v in self.values}
+        guide_passed = [float(guide.get(v) is True) for v in self.values]
+        guide_trained = [float(v in guide) for v in self.values]
+        index = allocation.choose(passed, trained, min(self.batch, left), self.min_rate, self.confidence,
+                                  guide_passed, guide_trained)
+        return self.values[index]

@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 
 from sweep.search import guide
+from sweep.search.estimate import seeds_to_decide
 from sweep.search.guide import GuideConfig
 from sweep.space import AxisConfig, ResourcesConfig
 from trainables import config
@@ -17,7 +18,7 @@ from trainables.tasks import task_of, threshold_problem
 from trainables.train import train
 from trainables.verdicts import StopConfig, margin
 
-SAMPLERS = ("threshold", "tpe", "grid")
+SAMPLERS = ("threshold", "bisection", "tpe", "grid")
 # search.stop.streak's default, in evaluations: replayed on the transformer search trained to the end
 # (docs/PERFORMANCE.md, "Verdict-aware stopping"), seeds passed ood/acc >= 0.99 at up to 10 evaluations in a row and
 # still ended below it; 12 was the shortest streak that changed no seed's verdict there.
@@ -60,13 +61,18 @@ class ParamConfig:
 
 @dataclass
 class SuccessConfig:
-    """When a candidate generalizes: metric >= threshold (or <=) in at least min_seeds of the seeds."""
+    """What the search answers. A seed passes when its metric >= threshold (or <=); p(K) is the probability that a
+    seed trained at knob value K passes, and the answer is K*_q = the smallest K with p(K) >= rate, with an interval
+    at `confidence` (sweep/search/estimate.py). The bisection, grid and tpe samplers judge each candidate by a fixed
+    seed list instead: it succeeds when at least min_seeds of `seeds` pass (min_seeds = len(seeds): all-pass)."""
 
     metric: str = ""  # "" = the task's success metric
     direction: str = ""  # >= | <= ; "" = the task's direction for its success metric, else >=
     threshold: float = 0.99
-    seeds: list[int] = field(default_factory=lambda: [0])
-    min_seeds: int = 1  # m of n = len(seeds); re-checks pool their seeds and need the same rate
+    rate: float = 0.5  # q: the answer is the smallest knob value whose seeds pass with probability >= q
+    confidence: float = 0.95  # of the interval [low, high] around K*_q
+    seeds: list[int] = field(default_factory=lambda: [0])  # bisection, grid, tpe: the seeds of each evaluation
+    min_seeds: int = 1  # bisection, grid, tpe: m of n = len(seeds); re-checks pool their seeds and need the same rate
 
     def margin(self, value) -> float:
         """How far a seed's value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing)."""
@@ -75,8 +81,9 @@ class SuccessConfig:
 
 @dataclass
 class BudgetConfig:
-    per_slice: int = 20  # completed Optuna trials (candidate evaluations) per slice
-    total: int = 0  # completed trials over all slices; 0 = no limit beyond per_slice
+    trainings: int = 40  # threshold sampler: seed trainings per slice
+    per_slice: int = 20  # bisection, grid, tpe: completed Optuna trials (candidate evaluations) per slice
+    total: int = 0  # completed Optuna trials over all slices; 0 = no limit beyond the per-slice budget
 
 
 @dataclass
@@ -85,18 +92,23 @@ class SearchConfig:
     slices: list[AxisConfig] = field(default_factory=list)  # one study per combination of these axes' values
     constraints: list[str] = field(default_factory=list)  # between knob and slice keys, e.g. low + width <= 16
     success: SuccessConfig = field(default_factory=SuccessConfig)
-    sampler: str = "threshold"  # threshold (bisection, monotone success) | tpe | grid (exhaustive reference)
+    sampler: str = "threshold"  # threshold (K*_q with an interval) | bisection (m of n seeds, the older protocol)
+    # | tpe (params, a metric minimised) | grid (every value once, the reference)
+    batch: int = 2  # threshold: seeds trained per evaluation of a knob value (seeds seed, seed + 1, ... per value)
+    resolution: float = 1.0  # threshold: a slice is done once its interval spans at most this many knob steps
     sampler_seed: int = 0  # tpe's seed, fixed so a study is reproducible
     params: list[ParamConfig] = field(default_factory=list)  # tpe only: dimensions beyond (or instead of) the knob
     minimize: str = ""  # tpe only: the metric minimised over candidates that succeed (e.g. data/cost); "" = the knob
     reference: dict[str, Any] = field(default_factory=dict)  # config keys evaluated once per slice beside the search,
     # e.g. the theory's optimal distribution, with the success seeds; reported next to the best found
-    per_round: int = 1  # candidates a study asks per round (tpe and grid; bisection asks one at a time)
-    guide: GuideConfig = field(default_factory=GuideConfig)  # threshold: carry verdicts between slices (sweep/guide.py)
+    per_round: int = 1  # candidates a study asks per round (tpe and grid; threshold and bisection ask one at a time)
+    guide: GuideConfig = field(default_factory=GuideConfig)  # threshold, bisection: where to probe first, from other
+    # slices' verdicts (sweep/search/guide.py)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     # Training stops once a verdict is known (trainables/verdicts.py): a seed after STREAK passing evaluations in a
-    # row, a candidate's other seeds once its m-of-n verdict is decided. Not part of the experiment (its fingerprint):
-    # it changes what training costs, not what is asked.
+    # row, and (bisection, grid, tpe) a candidate's other seeds once its m-of-n verdict is decided: the threshold
+    # sampler needs every seed's own verdict. Not part of the experiment (its fingerprint): it changes what training
+    # costs, not what is asked.
     stop: StopConfig = field(default_factory=lambda: StopConfig(streak=STREAK, decided=True))
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     pack: int = 0  # members (trained seeds of one shape) per Tune trial, trained as one; 0 = auto
@@ -116,7 +128,8 @@ def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
 
 
 def _require_valid(base: config.Config, search: SearchConfig) -> None:
-    success, knob, tpe = search.success, search.knob, search.sampler == "tpe"
+    success, knob, tpe, threshold = search.success, search.knob, search.sampler == "tpe", search.sampler == "threshold"
+    default = SuccessConfig()
     is_key = lambda key: config.select(base, key) is not config.MISSING
     slice_keys = [axis.key for axis in search.slices]
     threshold_issue = threshold_problem(success.metric, success.threshold, success.direction != "<=")
@@ -130,8 +143,18 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
          and len(set(knob.values)) == len(knob.values), "must be numbers, each once"),
         ("search.params", tpe or not search.params, "need search.sampler=tpe (threshold and grid search one knob)"),
         ("search.minimize", tpe or not search.minimize, "needs search.sampler=tpe (threshold and grid minimise the knob)"),
-        ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or search.sampler != "threshold"),
-         "must be >= 1, and 1 for the threshold sampler (bisection is sequential)"),
+        ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or search.sampler not in
+                                                        ("threshold", "bisection")),
+         "must be >= 1, and 1 for the threshold and bisection samplers (each asks where its last results point)"),
+        ("search.success.rate", 0 < success.rate < 1, f"must be in (0, 1), got {success.rate}"),
+        ("search.success.confidence", 0 < success.confidence < 1, f"must be in (0, 1), got {success.confidence}"),
+        ("search.batch", search.batch >= 1, f"must be >= 1, got {search.batch}"),
+        ("search.resolution", search.resolution > 0, f"must be > 0 (knob steps), got {search.resolution}"),
+        ("search.budget.trainings", search.budget.trainings >= 1, f"must be >= 1, got {search.budget.trainings}"),
+        ("search.success.seeds", not threshold or (success.seeds, success.min_seeds) == (default.seeds,
+                                                                                        default.min_seeds),
+         "are for the bisection, grid and tpe samplers; the threshold sampler draws seeds seed, seed + 1, ... "
+         "(search.batch per evaluation): drop seeds and min_seeds, or set search.sampler=bisection"),
         ("search.success.direction", success.direction in (">=", "<="), "must be >= or <="),
         ("search.success.threshold", threshold_issue is None, threshold_issue),
         ("search.success.seeds", bool(success.seeds) and len(set(success.seeds)) == len(success.seeds)
@@ -155,6 +178,12 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ]
     checks += [(f"search.reference.{key}", is_key(key), "is not a key of the trial config") for key in search.reference]
     require(*checks)
+    if threshold and success.confidence < 1 and 0 < success.rate < 1:
+        needed = seeds_to_decide(success.rate, success.confidence)
+        require(("search.budget.trainings", search.budget.trainings >= needed,
+                 f"{search.budget.trainings} cannot decide search.success.rate {success.rate:g} at confidence "
+                 f"{success.confidence:g}: one value needs {needed} seeds, all passing or all failing, to be ruled "
+                 f"in or out"))
     search.stop.validate("search")
     reported = reported_metrics(base)
     require(*((f"search.{key}", not name or name in reported, f"{name} is not a metric of this task's trials (they "

@@ -4,7 +4,8 @@ For trigger copy, Theorem 5 (SPEC §1) says the one-step model's OOD success is 
 constants that depend on N_trg but not on l_min. So a width that generalized at l_min = 5 with R = 0.3 predicts that, at l_min = 7,
 every width with R <= 0.3 generalizes too, and a failure at R = 0.35 predicts failures at R >= 0.35. The threshold
 sampler uses such predictions only to choose where to probe: each slice's answer still rests on its own evaluations,
-so a wrong prediction costs evaluations, never correctness.
+so a wrong prediction costs evaluations, never correctness. (The threshold sampler takes them as pseudo-observations
+that only shape where it expects outcomes: allocation.py.)
 """
 from __future__ import annotations
 
@@ -53,9 +54,9 @@ def predictions(values: list[int], measures: dict[int, float], others: list[tupl
 
 
 def active(search) -> bool:
-    """Only bisection is steered; tpe and grid ignore the guide (so `search.sampler=grid` runs a guided config's
-    exhaustive reference as it is)."""
-    return bool(search.guide.metric) and search.sampler == "threshold"
+    """Only the threshold and bisection samplers are steered; tpe and grid ignore the guide (so
+    `search.sampler=grid` runs a guided config's exhaustive reference as it is)."""
+    return bool(search.guide.metric) and search.sampler in ("threshold", "bisection")
 
 
 def check(guide: GuideConfig, slice_keys: list[str], base) -> None:

@@ -35,48 +35,70 @@ POLL_S = 2.0  # while other drivers train what is left, look at the studies agai
 
 
 def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
+    """Whether the study asks again: within its budget (evaluations; seed trainings for the threshold sampler, which
+    also ends a slice whose interval is narrow enough) and, for the one-knob samplers, with a value left to ask."""
     trials = [t for t in study.get_trials(deepcopy=False) if owners.LOST_TO not in t.user_attrs]
     asked = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
-    if asked >= budget or len(trials) >= 3 * budget:  # the second bound stops a candidate that always errors
+    evaluations = math.ceil(budget / search.batch) if not decides_by_candidate(search) else budget
+    if len(trials) >= 3 * evaluations:  # stops a candidate that always errors
         return False
-    if isinstance(study.sampler, bisection.ThresholdSampler | bisection.ExhaustiveSampler):
+    if isinstance(study.sampler, bisection.ThresholdSampler):
+        study.sampler.budget = budget
+    elif asked >= budget:
+        return False
+    if isinstance(study.sampler, bisection.ThresholdSampler | bisection.BisectionSampler | bisection.ExhaustiveSampler):
         return study.sampler.next(study) is not None
     return True
 
 
-def seeds_for(study: optuna.Study, search: SearchConfig, trial: optuna.Trial) -> list[int]:
-    """Fresh seeds for each re-evaluation of a candidate: block k of the seed list, shifted past every earlier block,
-    k = the evaluations of it asked before this one (completed, or running: asked earlier this round). Earlier by
-    trial number, so a trial asked at the same moment by another driver never shifts this one's seeds."""
-    k = sum(t.params == trial.params and t.number < trial.number and t.state in (TrialState.COMPLETE, TrialState.RUNNING)
-            for t in study.get_trials(deepcopy=False))
+def decides_by_candidate(search: SearchConfig) -> bool:
+    """Whether a candidate's seeds are one m-of-n verdict (bisection, grid, tpe) rather than each a seed of the
+    success curve (threshold)."""
+    return search.sampler != "threshold"
+
+
+def seeds_for(study: optuna.Study, search: SearchConfig, trial: optuna.Trial, first: int) -> list[int]:
+    """The seeds of a new evaluation, counted from `first` (the config's seed), fresh for each re-evaluation of a
+    candidate: for the threshold sampler the next search.batch seeds of this knob value (fewer if the budget is
+    nearly spent); for the others block k of the seed list, shifted past every earlier block. Earlier evaluations
+    (completed, or running: asked earlier this round) by trial number, so a trial asked at the same moment by another
+    driver never shifts this one's seeds."""
+    trials = study.get_trials(deepcopy=False)
+    earlier = [t for t in trials if t.params == trial.params and t.number < trial.number
+               and t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
+    if not decides_by_candidate(search):
+        taken = sum(len(t.user_attrs.get("seed_list", ())) for t in earlier)
+        count = min(search.batch, study.sampler.seeds_left([t for t in trials if t.number != trial.number]))
+        return [first + taken + i for i in range(count)]
     stride = max(search.success.seeds) + 1
-    return [seed + k * stride for seed in search.success.seeds]
+    return [first + seed + len(earlier) * stride for seed in search.success.seeds]
 
 
-def verdict_rule(search: SearchConfig):
+def verdict_rule(search: SearchConfig, first: int = 0):
     """point -> the rule its member is judged and stopped by (trainables/verdicts.py, search.stop): the search's
-    success, and with stop.decided its candidate's seeds as one group (the point without its seed, and which block of
-    seeds_for it is: a re-evaluation is a group of its own). None for every point with stopping off."""
+    success, and with stop.decided (bisection, grid, tpe) its candidate's seeds as one group (the point without its
+    seed, and which block of seeds_for it is: a re-evaluation is a group of its own). None for every point with
+    stopping off."""
     success, stop = search.success, search.stop
-    if not stop.streak and not stop.decided:
+    decided = stop.decided and decides_by_candidate(search)
+    if not stop.streak and not decided:
         return lambda point: None
-    lowest, stride = min(success.seeds), max(success.seeds) + 1
-    size = len(success.seeds) if stop.decided else 1
+    lowest, stride = first + min(success.seeds), max(success.seeds) + 1
+    size = len(success.seeds) if decided else 1
 
     def rule(point: dict) -> dict:
         candidate = point_id({k: v for k, v in point.items() if k != "seed"})
         return Rule(success.metric, success.threshold, success.direction == ">=", stop.streak,
                     group=f"{candidate}@{(point['seed'] - lowest) // stride}",
-                    needed=success.min_seeds if stop.decided else 1, size=size).to_dict()
+                    needed=success.min_seeds if decided else 1, size=size).to_dict()
     return rule
 
 
-def reference_points(all_slices: list[Slice], search: SearchConfig) -> list[dict]:
+def reference_points(all_slices: list[Slice], search: SearchConfig, first: int = 0) -> list[dict]:
     """search.reference applied to each slice, with the success seeds; slices that agree on it share its trials."""
     if not search.reference:
         return []
-    points = [sl.point | search.reference | {"seed": s} for sl in all_slices for s in search.success.seeds]
+    points = [sl.point | search.reference | {"seed": first + s} for sl in all_slices for s in search.success.seeds]
     return list({point_id(p): p for p in points}.values())
 
 
@@ -89,8 +111,9 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
     heartbeat = owners.Heartbeat(owners.Roster(studies[all_slices[0].study_name]))
     try:
         asked = rounds(base, search, all_slices, studies, out.local, extend, progress, heartbeat)
-        tuner.run_rounds(base, search, asked, out, summary, verdict=verdict_rule(search),
-                         group_size=len(search.success.seeds) if search.stop.decided else 1)
+        grouped = search.stop.decided and decides_by_candidate(search)
+        tuner.run_rounds(base, search, asked, out, summary, verdict=verdict_rule(search, base.seed),
+                         group_size=len(search.success.seeds) if grouped else 1)
     finally:
         heartbeat.stop()
 
@@ -105,18 +128,23 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
     any) says how many drivers share the studies: each asks in its share of them. A round with nothing to train while
     other drivers train the rest yields [] (look again later).
 
-    extend adds that many completed trials to each slice's budget (and to the total), beyond what is done already;
-    a converged threshold or grid study has nothing left to ask, so extending it changes nothing. The reference
+    extend adds that many completed trials to each slice's budget (seed trainings for the threshold sampler) and to
+    the total, beyond what is done already; a converged bisection or grid study has nothing left to ask, so extending
+    it changes nothing, and neither does extending a threshold study whose interval is already narrow enough. The reference
     points (if any) train in the first round. With a guide, verdicts flow between studies round by round, so a
     driver killed mid-round must not let a resumed search mix rounds: each round's studies are written down before
     they ask (ROUND_PLAN), and a resumed search first re-runs the interrupted round for those that were not told.
     """
     budgets = {}
     for sl in all_slices:
-        completed = sum(t.state == TrialState.COMPLETE for t in studies[sl.study_name].get_trials(deepcopy=False))
-        budgets[sl.study_name] = max(search.budget.per_slice, completed + extend if extend else 0)
+        trials = studies[sl.study_name].get_trials(deepcopy=False)
+        if decides_by_candidate(search):
+            done, budget = sum(t.state == TrialState.COMPLETE for t in trials), search.budget.per_slice
+        else:
+            done, budget = bisection.seeds_asked(trials), search.budget.trainings
+        budgets[sl.study_name] = max(budget, done + extend if extend else 0)
     checks, base_dict = constraint_checks(search), config.to_dict(base)
-    pending_references = [p for p in reference_points(all_slices, search) if read_result(p, out) is None]
+    pending_references = [p for p in reference_points(all_slices, search, base.seed) if read_result(p, out) is None]
     round_index = latest_round(studies)
     interrupted = interrupted_round(out, studies) if guide.active(search) else None
     for iteration in itertools.count():
@@ -200,10 +228,12 @@ def interrupted_round(out: Path, studies: dict) -> tuple[int, list[str]] | None:
     plan = read_json(out / ROUND_PLAN)
     if plan is None:
         return None
-    told = lambda t: (t.user_attrs.get("round") == plan["round"] and not t.user_attrs.get(owners.ZOMBIE)
-                      and owners.LOST_TO not in t.user_attrs)
-    pending = [name for name in plan["studies"]
-               if name in studies and not any(told(t) for t in studies[name].get_trials(deepcopy=False))]
+    def told(study) -> bool:
+        zombies = owners.zombies(study)
+        return any(t.user_attrs.get("round") == plan["round"] and t.number not in zombies
+                   and owners.LOST_TO not in t.user_attrs for t in study.get_trials(deepcopy=False))
+
+    pending = [name for name in plan["studies"] if name in studies and not told(studies[name])]
     return (plan["round"], pending) if pending else None
 
 
@@ -212,7 +242,9 @@ def steer(all_slices: list[Slice], studies: dict, search: SearchConfig, round_in
     earlier rounds only (so the same round, re-run after a kill, is steered the same way)."""
     if not guide.active(search):
         return
-    min_rate, knob = search.success.min_seeds / len(search.success.seeds), search.knob.key
+    knob = search.knob.key
+    min_rate = search.success.min_seeds / len(search.success.seeds) if decides_by_candidate(search) \
+        else search.success.rate  # a value whose seeds passed at rate >= q predicts success at least as diverse
     pooled = {sl.study_name: guide.evidence_before(studies[sl.study_name], knob, round_index) for sl in all_slices}
     for sl in all_slices:
         others = [(pooled[o.study_name], o.measures) for o in all_slices
@@ -262,7 +294,7 @@ def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base
         trial.set_user_attr("pruned_because", reason)
         study.tell(trial, state=TrialState.PRUNED)
         return []
-    seeds = seeds_for(study, search, trial)
+    seeds = seeds_for(study, search, trial, base_dict["seed"])
     trial.set_user_attr("seed_list", seeds)  # before training: a failed evaluation still lists its trials
     return [(study, trial, [point | {"seed": s} for s in seeds])]
 
@@ -287,6 +319,7 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
     margins = [min(m, -1e-9) if r.get("status") == VERDICT_KNOWN else m for m, r in zip(margins, results)]
     trial.set_user_attr("successes", sum(m >= 0 for m in margins))
     trial.set_user_attr("seeds", len(results))
+    trial.set_user_attr("judged", sum(r.get("status") != VERDICT_KNOWN for r in results))  # the curve's seeds
     shortfall = -sorted(margins, reverse=True)[success.min_seeds - 1]
     trial.set_constraint("success", min(shortfall, 1e6))  # finite: a NaN metric is a large shortfall
     if not search.minimize:

@@ -1,21 +1,29 @@
 """Several drivers (`headsweep search` processes, on one machine or many) may work on the same studies at once: the
-same --out with its journal, or one --storage database. Every trial records the driver that asked it, in the very
-write that creates it, and the rules below read that record the same way from every driver's side:
+same --out with its journal, or one --storage database. Every trial records the driver that asked it (user attrs,
+written just after study.ask creates it), and the rules below read that record the same way from every driver's side.
+Only Optuna's public API is used, so resumable studies do not rest on its internals.
 
 - A driver is its host, boot, pid and the process's start time (a reused pid is another driver). While it trains,
   it refreshes a heartbeat on its running trials every HEARTBEAT_S (Heartbeat).
 - A RUNNING trial is live while its driver is: on this host (same boot), while that very process exists; on another
-  host, while its heartbeat is younger than STALE_S. Any other RUNNING trial is a zombie (a killed driver's
-  leftover, or a trial from before drivers were recorded): fail_zombies fails and marks it, and its candidate is
-  asked again.
+  host, while its heartbeat is younger than STALE_S. A RUNNING trial with no driver recorded is live for GRACE_S
+  after it started: study.ask creates the trial and runs the sampler before its driver can be written. Any other
+  RUNNING trial is a zombie (a killed driver's leftover, or a trial from before drivers were recorded): fail_zombies
+  fails it and marks it on the study (zombies(): Optuna sets a trial's user attrs only through its own driver's
+  Trial), and its candidate is asked again.
+- STALE_S and GRACE_S compare this host's clock with another's (a heartbeat; a trial's start, which a database
+  stores in its writer's local time): clocks must agree to well within them, and hosts sharing a database must
+  share a time zone (a journal stores UTC).
 - A study with a live trial of another driver is taken: one driver works on a study at a time, so drivers share a
   search slice by slice, and the others wait for its result. Drivers announce themselves in a Roster, and each asks
   in at most an even share of the free studies per round (its own slices first), leaving the rest to the others.
-- Two drivers may still ask in one study at once, each having seen it free. ask() notes the earlier trials still
-  running when its trial was created, read before its sampler reads the study: the candidate was chosen without
-  their results (a threshold sampler would choose the very same one), so it loses to any of them that a live other
-  driver holds (lost_to), is failed with `lost_to` and never trained. The earliest of a group of simultaneous asks
-  sees none of the others as earlier, so one of them always goes ahead; the rule needs no clock and no lock.
+- Two drivers may still ask in one study at once, each having seen it free. Once study.ask has returned, ask() reads
+  the earlier trials (by number) still running: each was asked before this one and is not finished, so the sampler
+  chose this candidate without its result (a threshold sampler would choose the very same one). The new trial loses
+  to any of them that a live other driver holds, one with no driver yet included (lost_to), is failed with `lost_to`
+  and never trained. The earliest of a group of simultaneous asks sees none of the others as earlier, so one of them
+  always goes ahead; the rule needs no lock. An earlier trial that finished between the sampler's read and ask()'s is
+  missed: at worst its candidate is evaluated twice (a re-evaluation, with fresh seeds), never a wrong answer.
 """
 from __future__ import annotations
 
@@ -31,9 +39,13 @@ from optuna.trial import FrozenTrial, TrialState
 DRIVER = "driver"  # user attr: {host, boot, pid, started} of the driver that asked the trial
 HEARTBEAT = "heartbeat"  # user attr: when (epoch seconds) the driver last said it is alive
 LOST_TO = "lost_to"  # user attr of a failed trial: the number of the earlier trial that went ahead instead
-ZOMBIE = "zombie"  # user attr of a failed trial: its driver died while it ran
+ZOMBIE = "zombie"  # study user attr "zombie <number>": that trial's driver died while it ran
 HEARTBEAT_S = 30.0  # a driver refreshes its running trials' heartbeat this often
 STALE_S = 600.0  # a trial of another host is a zombie once its heartbeat is this old (clocks must agree to ~minutes)
+# A trial goes without a driver only while study.ask samples it (milliseconds; a TPE with many trials, a second):
+# two minutes leave room for a loaded machine and for clocks a minute apart, and a dead driver's leftover that is
+# driverless (killed in that moment) keeps its study waiting no longer than that.
+GRACE_S = 120.0
 
 
 @cache
@@ -73,12 +85,13 @@ def driver(pid: int | None = None) -> dict:
 
 def alive(trial: FrozenTrial, now: float | None = None) -> bool:
     """Whether the driver of a RUNNING trial is still there (see the module docstring)."""
-    return _alive(trial.user_attrs.get(DRIVER), trial.user_attrs.get(HEARTBEAT, 0.0), now)
+    now = now or time.time()
+    if DRIVER not in trial.user_attrs:
+        return now - trial.datetime_start.timestamp() < GRACE_S  # datetime_start: naive, in this host's local time
+    return _alive(trial.user_attrs[DRIVER], trial.user_attrs.get(HEARTBEAT, 0.0), now)
 
 
-def _alive(owner: dict | None, heartbeat: float, now: float | None = None) -> bool:
-    if not owner:
-        return False
+def _alive(owner: dict, heartbeat: float, now: float | None = None) -> bool:
     here = driver()
     if (owner["host"], owner["boot"]) == (here["host"], here["boot"]):
         started = _start_ticks(owner["pid"])
@@ -97,14 +110,19 @@ def fail_zombies(study: optuna.Study, mine_too: bool = False) -> list[int]:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if alive(trial) and not (mine_too and mine(trial, me)):
             continue
-        storage = study._storage  # noqa: SLF001 (Optuna has no public API to finish another process's trial)
-        try:
-            storage.set_trial_user_attr(trial._trial_id, ZOMBIE, True)  # noqa: SLF001
-            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # noqa: SLF001
-            failed.append(trial.number)
-        except optuna.exceptions.UpdateFinishedTrialError:  # another driver failed it first
-            continue
+        # Marked before it is failed: a driver killed in between leaves a marked RUNNING trial, a zombie still.
+        study.set_user_attr(f"{ZOMBIE} {trial.number}", True)
+        try:  # skip_if_finished: another driver failed it first
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another driver failed it between tell's read and write
+            pass
+        failed.append(trial.number)
     return failed
+
+
+def zombies(study: optuna.Study) -> set[int]:
+    """The numbers of the study's trials that fail_zombies failed."""
+    return {int(key.split()[1]) for key in study.user_attrs if key.startswith(f"{ZOMBIE} ")}
 
 
 def taken(study: optuna.Study, me: dict | None = None) -> bool:
@@ -114,27 +132,12 @@ def taken(study: optuna.Study, me: dict | None = None) -> bool:
 
 
 def ask(study: optuna.Study, distributions: dict, me: dict | None = None) -> tuple[optuna.Trial, list[FrozenTrial]]:
-    """study.ask(distributions), with the driver written in the same write that creates the trial (so no trial is
-    ever RUNNING without one), and the earlier trials still running at that moment, read before the sampler reads
-    the study (what the candidate was chosen without)."""
-    owner = {DRIVER: me or driver(), HEARTBEAT: time.time()}
-    running = lambda number: [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                              if t.number < number]
-    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        # An enqueued candidate (study.enqueue_trial): only study.ask takes it, and the driver is written just after,
-        # so for a moment the trial has none; enqueueing is for tests and hand-steered studies, not shared searches.
-        trial = study.ask(distributions)
-        for name, value in owner.items():
-            trial.set_user_attr(name, value)
-        return trial, running(trial.number)
-    template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=owner)
-    storage = study._storage  # noqa: SLF001 (study.ask cannot create a trial with attributes)
-    trial_id = storage.create_new_trial(study._study_id, template_trial=template)  # noqa: SLF001
-    in_flight = running(storage.get_trial_number_from_id(trial_id))
-    study._thread_local.cached_all_trials = None  # noqa: SLF001 (as study.ask: samplers read the study afresh)
-    trial = optuna.Trial(study, trial_id)
-    for name, distribution in distributions.items():
-        trial._suggest(name, distribution)  # noqa: SLF001 (what study.ask does with fixed_distributions)
+    """study.ask(distributions) with this driver recorded on the trial, and the earlier trials still running once it
+    was asked (what the candidate was chosen without; lost_to)."""
+    trial = study.ask(distributions)
+    trial.set_user_attr(HEARTBEAT, time.time())  # first: a driver without a heartbeat would look long gone
+    trial.set_user_attr(DRIVER, me or driver())
+    in_flight = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number < trial.number]
     return trial, in_flight
 
 
@@ -177,7 +180,7 @@ class Heartbeat:
     told."""
 
     def __init__(self, roster: Roster | None = None, interval: float = HEARTBEAT_S):
-        self.trials: dict[int, optuna.Trial] = {}
+        self.trials: set[optuna.Trial] = set()  # the Trial objects themselves: numbers repeat across studies
         self.roster = roster
         self.lock, self.stopped, self.interval = threading.Lock(), threading.Event(), interval
         self.thread = threading.Thread(target=self._run, name="headsweep-heartbeat", daemon=True)
@@ -185,11 +188,11 @@ class Heartbeat:
 
     def add(self, trial: optuna.Trial) -> None:
         with self.lock:
-            self.trials[trial._trial_id] = trial  # noqa: SLF001
+            self.trials.add(trial)
 
     def discard(self, trial: optuna.Trial) -> None:
         with self.lock:
-            self.trials.pop(trial._trial_id, None)  # noqa: SLF001
+            self.trials.discard(trial)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -199,8 +202,8 @@ class Heartbeat:
             if self.roster:
                 self.roster.announce()
             with self.lock:
-                for trial in list(self.trials.values()):
+                for trial in list(self.trials):
                     try:
                         trial.set_user_attr(HEARTBEAT, time.time())
                     except optuna.exceptions.UpdateFinishedTrialError:  # failed by another driver meanwhile
-                        self.trials.pop(trial._trial_id, None)  # noqa: SLF001
+                        self.trials.discard(trial)

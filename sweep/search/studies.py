@@ -253,6 +253,7 @@ def fingerprint(base: config.Config, search: SearchConfig) -> str:
     of one study (as --extend does)."""
     trial = {k: v for k, v in config.to_dict(base).items() if k not in ("name", "device", "logging")}
     asked = {k: v for k, v in dataclasses.asdict(search).items() if k in ASKED}
+    asked["success"].pop("confidence")  # how sure the interval must be is not what the seeds measure
     return hashlib.sha256(json.dumps([trial, asked], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -263,13 +264,13 @@ def check_owner(storage, sl: Slice, knob: str, experiment: str, key: str) -> Non
     """Refuse a study of this name that another experiment created (a foreign study): its fingerprint differs, or,
     in a study from before fingerprints (or without `experiment`), its trials asked for other parameters or ranges
     than this slice asks. Reads only."""
-    study = next((s for s in storage.get_all_studies() if s.study_name == sl.study_name), None)
-    if study is None:
+    try:
+        study = optuna.load_study(study_name=sl.study_name, storage=storage)
+    except KeyError:  # no such study yet
         return
     recorded, asked = study.user_attrs.get(FINGERPRINT), sl.distributions(knob)
     foreign = recorded != experiment if recorded and experiment else any(
-        asked.get(name) != d for t in storage.get_all_trials(study._study_id, deepcopy=False)  # noqa: SLF001
-        for name, d in t.distributions.items())
+        asked.get(name) != d for t in study.get_trials(deepcopy=False) for name, d in t.distributions.items())
     if foreign:
         raise ConfigError(key, f"study {sl.study_name} there belongs to another experiment (a different config or "
                                "search section); choose another --study prefix, --storage or --out")
@@ -294,9 +295,12 @@ def open_study(sl: Slice, search: SearchConfig, storage, experiment: str = "", k
 
 
 def make_sampler(sl: Slice, search: SearchConfig) -> optuna.samplers.BaseSampler:
-    knob, min_rate = search.knob.key, search.success.min_seeds / len(search.success.seeds)
+    knob, min_rate, success = search.knob.key, search.success.min_seeds / len(search.success.seeds), search.success
     if search.sampler == "threshold":
-        return bisection.ThresholdSampler(knob, sl.values, min_rate)
+        return bisection.ThresholdSampler(knob, sl.values, success.rate, success.confidence, search.batch,
+                                          search.resolution, search.budget.trainings)
+    if search.sampler == "bisection":
+        return bisection.BisectionSampler(knob, sl.values, min_rate)
     if search.sampler == "grid":
         return bisection.ExhaustiveSampler(knob, sl.values, min_rate)
     # TPE with settings pinned (Optuna 5 changed its defaults): success enters as a constraint, set per trial;

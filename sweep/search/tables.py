@@ -1,5 +1,6 @@
 """What a search leaves beside its studies: trials.csv (one row per trained seed) and, per slice, either
-min_diversity.csv (the smallest diversity that generalizes) or, for a search that minimises a metric (e.g. the data
+min_diversity.csv (K*_q, the smallest diversity at which a seed passes with probability >= q, with its interval) and
+success_curve.csv (p at each knob value with its interval), or, for a search that minimises a metric (e.g. the data
 cost of a distribution's shape), best.csv (the cheapest candidate that generalizes beside the reference such as
 Proposition 8). The report is built from these files (dashboards/report.py)."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sweep.search import bisection
+from sweep.search import bisection, estimate, loop
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice
 from sweep.space import point_id, read_error, read_result
@@ -28,7 +29,8 @@ def write(out: Path, base: config.Config, search: SearchConfig, studies: dict, a
         atomic_write(out / "best.csv", table.assign(**{c: table[c].map(format_shape) for c in shapes})
                      .to_csv(index=False))
         return table.drop(columns=shapes)
-    table = min_diversity_rows(studies, all_slices, search, base, out)
+    table, curves = min_diversity_rows(studies, all_slices, search, base)
+    atomic_write(out / "success_curve.csv", curves.to_csv(index=False))
     atomic_write(out / "min_diversity.csv", table.to_csv(index=False))
     return table
 
@@ -53,28 +55,89 @@ def trial_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out
     return pd.DataFrame(rows)
 
 
-def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base: config.Config,
-                       out: Path) -> pd.DataFrame:
-    """One row per slice: diversity*, the success rates at it and at the largest evaluated value below it, and the
-    task's diversity measure at it (trigger copy: the max-sum ratio R)."""
-    min_rate = search.success.min_seeds / len(search.success.seeds)
-    axis = task_of(base).diversity_axis
-    rows = []
+def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchConfig,
+                       base: config.Config) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """min_diversity.csv and success_curve.csv, from every seed trained with a verdict of its own (estimate.py).
+
+    One row per slice: K*_q (`diversity_star`, blank where the posterior median is "no value tried") and its
+    interval [`diversity_star_low`, `diversity_star_high`] (high blank: the interval reaches past the widest value
+    tried; low blank too: the evidence puts K* past it), the task's diversity measure (trigger copy: R) at K*_q and at
+    the interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side), p at the widest value
+    tried with its interval, the seeds behind the answer, and whether the slice is finished (False: a search stopped
+    before the slice's interval was narrow enough or its budget spent; its answer may still move).
+    One curve row per (slice, knob value): seeds trained and passed there, and p with its interval under the model."""
+    success, knob = search.success, search.knob.key
+    axis, base_dict = task_of(base).diversity_axis, config.to_dict(base)
+    rows, curve_rows = [], []
     for sl in all_slices:
-        trials = studies[sl.study_name].get_trials(deepcopy=False)
-        pooled = bisection.evidence(trials, search.knob.key)
-        star = bisection.minimal_value(sl.values, pooled, min_rate)
-        below = max((v for v in pooled if star is None or v < star), default=None)
-        rate = lambda v: pooled[v].successes / pooled[v].seeds if v in pooled else np.nan
-        measure = np.nan
-        if star is not None:
-            result = read_result(sl.point | {search.knob.key: star, "seed": search.success.seeds[0]}, out)
-            measure = result[axis] if result else np.nan
-        rows.append(sl.point | {"diversity_star": star, "success_rate_at_star": rate(star), "below_star": below,
-                                "success_rate_below_star": rate(below), axis: measure,
-                                "n_trials": sum(t.state.name == "COMPLETE" for t in trials),
-                                "study": sl.study_name})
-    return pd.DataFrame(rows)
+        study = studies[sl.study_name]
+        trials = study.get_trials(deepcopy=False)
+        pooled = bisection.evidence(trials, knob)
+        passed, trained = bisection.counts(sl.values, pooled)
+        fit = estimate.fit(passed, trained, success.rate, success.confidence)
+        curve = estimate.curve(passed, trained, success.rate, success.confidence)
+        measures = [_measure(base_dict, sl.point | {knob: v}, axis) for v in sl.values]
+        value = lambda i: sl.values[i] if i < len(sl.values) else None
+        measure = lambda i: measures[i] if i < len(sl.values) else np.nan
+        # the interval's end past the widest value is open, on the side where the measure moves with the knob
+        ends = sorted([measure(fit.low), measure(fit.high)], key=lambda x: (np.isnan(x), x))
+        rising = len(measures) < 2 or measures[-1] >= measures[0]
+        if not rising and np.isnan(ends[1]):
+            ends = [np.nan, ends[0]]
+        tried = np.flatnonzero(trained)
+        widest = curve[tried[-1]] if len(tried) else None
+        row = sl.point | {
+            "diversity_star": value(fit.star), "diversity_star_low": value(fit.low),
+            "diversity_star_high": value(fit.high), axis: measure(fit.star), f"{axis}_low": ends[0],
+            f"{axis}_high": ends[1], "widest_tried": sl.values[tried[-1]] if len(tried) else None,
+            "p_at_widest": widest.p if widest else np.nan, "p_at_widest_low": widest.p_low if widest else np.nan,
+            "p_at_widest_high": widest.p_high if widest else np.nan,
+            "seeds": int(trained.sum()), "finished": finished(study, search, fit)}
+        if search.sampler == "bisection":  # the older protocol's own answer, beside the estimate from its seeds
+            min_rate = success.min_seeds / len(success.seeds)
+            row["bisection_star"] = bisection.minimal_value(sl.values, pooled, min_rate)
+        rows.append(row | {"study": sl.study_name})
+        curve_rows += [{"study": sl.study_name, **sl.point, knob: v, axis: m, "trained": c.trained,
+                        "passed": c.passed, "p": c.p, "p_low": c.p_low, "p_high": c.p_high}
+                       for v, m, c in zip(sl.values, measures, curve)]
+    return pd.DataFrame(rows), pd.DataFrame(curve_rows)
+
+
+def for_terminal(table: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.DataFrame:
+    """min_diversity.csv as the terminal prints it: each answer beside its interval, "beyond" where the interval
+    reaches past the widest value tried, and "(open)" on a slice that is not finished."""
+    def interval(row, column: str, digits: int | None) -> str:
+        fmt = lambda x: "beyond" if x is None or (isinstance(x, float) and math.isnan(x)) else (
+            f"{x:.{digits}f}" if digits else f"{x:g}")
+        point, low, high = (row[column], row[f"{column}_low"], row[f"{column}_high"])
+        return f"{'-' if pd.isna(point) else fmt(point)} [{fmt(low)}, {fmt(high)}]"
+    shown = table[slice_keys].copy()
+    shown["K*_q [interval]"] = table.apply(lambda row: interval(row, "diversity_star", None), axis=1)
+    if axis in table:
+        shown[f"{axis} [interval]"] = table.apply(lambda row: interval(row, axis, 3), axis=1)
+    shown["seeds"] = table["seeds"]
+    shown["p at widest [interval]"] = table.apply(
+        lambda row: "-" if pd.isna(row["p_at_widest"]) else
+        f"{row['p_at_widest']:.2f} [{row['p_at_widest_low']:.2f}, {row['p_at_widest_high']:.2f}]", axis=1)
+    shown["finished"] = table["finished"].map(lambda done: "yes" if done else "no (open)")
+    return shown
+
+
+def finished(study, search: SearchConfig, fit: estimate.Estimate) -> bool:
+    """The slice needs nothing more: no evaluation in flight and its sampler asks no more within the config's budget
+    (--extend raises the budget of the run that gives it, not this verdict)."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state.name == "RUNNING" for t in trials):
+        return False
+    if search.sampler == "threshold":
+        return fit.width() <= search.resolution or not study.sampler.seeds_left(trials)
+    return not loop.wants_more(study, search, search.budget.per_slice)
+
+
+def _measure(base_dict: dict, point: dict, axis: str) -> float:
+    """The task's diversity measure of a point's config (known before training)."""
+    cfg = config.with_point(base_dict, point, check_device=False)
+    return float(task_of(cfg).diversity(cfg.task).get(axis, np.nan))
 
 
 def best_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base: config.Config,
@@ -98,9 +161,10 @@ def best_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base
                     "q": _shape(base_dict, point)}
         if search.reference:
             point = sl.point | search.reference
-            results = [r for r in (read_result(point | {"seed": s}, out) for s in search.success.seeds) if r]
+            results = [r for r in (read_result(point | {"seed": base.seed + s}, out) for s in search.success.seeds)
+                       if r]
             hits = [search.success.margin(r.get(search.success.metric)) >= 0 for r in results]
-            row |= {f"reference {metric}": np.mean([r[metric] for r in results]) if results else np.nan,
+            row |= {f"reference {metric}": np.nanmean([r.get(metric, np.nan) for r in results]) if results else np.nan,
                     f"reference {axis}": results[0][axis] if results else np.nan,
                     "reference success_rate": np.mean(hits) if results else np.nan,
                     "reference q": _shape(base_dict, point)}

@@ -49,8 +49,9 @@ def test_two_drivers_on_one_out_share_the_journal(unguided_search, tmp_path):
     assert_shared_without_duplicates(out, unguided_search, procs)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
     for summary in optuna.get_all_study_summaries(storage):
-        trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
-        assert not any(t.user_attrs.get(owners.ZOMBIE) for t in trials)  # no live peer's trial was failed
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        trials = study.trials
+        assert not owners.zombies(study)  # no live peer's trial was failed
         assert all(owners.DRIVER in t.user_attrs for t in trials)
 
 

@@ -28,22 +28,30 @@ def search_in(tmp_path, overrides):
 
 
 def answers_and_counts(search, all_slices, studies):
+    """Per l_min: (K*_q, values evaluated, seeds trained) of the threshold sampler, or (the bisection's answer,
+    values evaluated, evaluations)."""
     result = {}
     for sl in all_slices:
-        pooled = bisection.evidence(studies[sl.study_name].get_trials(), search.knob.key)
-        result[sl.point["task.lengths.low"]] = (bisection.minimal_value(sl.values, pooled, 1.0), len(pooled),
-                                                sum(e.evaluations for e in pooled.values()))
+        trials = studies[sl.study_name].get_trials()
+        pooled = bisection.evidence(trials, search.knob.key)
+        if search.sampler == "threshold":
+            fit = studies[sl.study_name].sampler.fit(trials)
+            result[sl.point["task.lengths.low"]] = (sl.values[fit.star], len(pooled), bisection.seeds_asked(trials))
+        else:
+            result[sl.point["task.lengths.low"]] = (bisection.minimal_value(sl.values, pooled, 1.0), len(pooled),
+                                                    sum(e.evaluations for e in pooled.values()))
     return result
 
 
-def test_guided_bisection_finds_the_same_answers_in_fewer_evaluations_pilot_first(tmp_path, fake_r_tune):
-    plain = search_in(tmp_path / "plain", UNGUIDED)
+@pytest.mark.parametrize("sampler", ["threshold", "bisection"])
+def test_guided_search_finds_the_same_answers_in_fewer_trainings_pilot_first(tmp_path, fake_r_tune, sampler):
+    plain = search_in(tmp_path / "plain", UNGUIDED + [f"search.sampler={sampler}"])
     studies = plain[3]()
     loop.run(plain[0], plain[1], plain[2], studies, OutDir(tmp_path / "plain"), extend=0)
     unguided = answers_and_counts(plain[1], plain[2], studies)
     fake_r_tune.clear()
 
-    base, search, all_slices, open_all = search_in(tmp_path / "guided", GUIDED)
+    base, search, all_slices, open_all = search_in(tmp_path / "guided", GUIDED + [f"search.sampler={sampler}"])
     studies = open_all()
     loop.run(base, search, all_slices, studies, OutDir(tmp_path / "guided"), extend=0)
     guided = answers_and_counts(search, all_slices, studies)

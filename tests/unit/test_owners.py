@@ -1,9 +1,12 @@
 """Several drivers on one study (sweep/search/owners.py), with real Optuna storages (a journal file and SQLite) and
 real processes standing in for the other drivers: which trials are zombies, which study is taken, which of two
 simultaneous asks goes ahead. Two real searches at once are in tests/integration/test_concurrent_search.py."""
+import datetime
 import subprocess
 import time
+from pathlib import Path
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
@@ -48,7 +51,9 @@ def dead():
 
 
 def open_one(storage, *overrides):
-    base, search = load_search(CONFIGS / "debug_search.yaml", [ONE_SLICE, "search.guide.metric=", *overrides])
+    # the bisection sampler: these tests follow its candidates (owners.py is the same for every sampler)
+    base, search = load_search(CONFIGS / "debug_search.yaml", [ONE_SLICE, "search.guide.metric=",
+                                                               "search.sampler=bisection", *overrides])
     [sl] = search_studies.slices(base, search, base.name)
     return base, search, sl, search_studies.open_study(sl, search, storage, search_studies.fingerprint(base, search))
 
@@ -62,7 +67,17 @@ def states(study) -> list[TrialState]:
     return [t.state for t in study.get_trials()]
 
 
-def test_a_trial_records_its_driver_in_the_write_that_creates_it(storage):
+def left_long_ago(study, sl) -> int:
+    """A RUNNING trial with no driver, started longer than GRACE_S ago (a killed driver's leftover, or one from
+    before drivers were recorded); its number."""
+    trial = optuna.trial.create_trial(state=TrialState.RUNNING, params={KEY: sl.values[0]},
+                                      distributions={KEY: sl.distributions(KEY)[KEY]})
+    trial.datetime_start -= datetime.timedelta(seconds=owners.GRACE_S + 1)
+    study.add_trial(trial)
+    return study.get_trials()[-1].number
+
+
+def test_a_trial_records_its_driver(storage):
     _, _, sl, study = open_one(storage)
     trial, in_flight = owners.ask(study, sl.distributions(KEY))
     [frozen] = study.get_trials()
@@ -76,16 +91,30 @@ def test_only_trials_of_gone_drivers_are_failed_as_zombies(storage, peer, dead):
     mine, peers, deads = ask_as(study, sl, owners.driver())[0], ask_as(study, sl, peer)[0], ask_as(study, sl, dead)[0]
     fresh, stale = ask_as(study, sl, elsewhere)[0], ask_as(study, sl, elsewhere)[0]
     stale.set_user_attr(owners.HEARTBEAT, time.time() - owners.STALE_S - 1)  # its host stopped saying it is alive
-    legacy = study.ask(sl.distributions(KEY))  # from before drivers were recorded: a killed driver's leftover
+    legacy = left_long_ago(study, sl)
+    asking = study.ask(sl.distributions(KEY)).number  # a driver between study.ask and writing its record
     reopened = search_studies.open_study(sl, search, storage, search_studies.fingerprint(base, search))
     by_number = {t.number: t for t in reopened.get_trials()}
-    alive = [t.number for t in (peers, fresh)]
-    assert all(by_number[n].state == TrialState.RUNNING for n in alive)
+    alive = [peers.number, fresh.number, asking]
+    assert all(by_number[n].state == TrialState.RUNNING for n in alive) and not owners.zombies(reopened) & set(alive)
     # this process's own running trial too: a driver opens its studies before asking, so it is a leftover of an
     # interrupted earlier run in this process (tests/unit/test_guide.py kills and re-runs a search in-process)
-    for trial in (mine, deads, stale, legacy):
-        assert by_number[trial.number].state == TrialState.FAIL and by_number[trial.number].user_attrs[owners.ZOMBIE]
+    failed = [mine.number, deads.number, stale.number, legacy]
+    assert all(by_number[n].state == TrialState.FAIL for n in failed) and owners.zombies(reopened) == set(failed)
     assert owners.fail_zombies(reopened) == []  # nothing left to fail, and failing twice is harmless
+
+
+def test_a_trial_without_its_driver_yet_is_live_for_the_grace_period(storage):
+    """study.ask creates a trial before its driver can write its record: meanwhile the trial is another live
+    driver's (its study taken, a later ask gives way to it); past GRACE_S it is a zombie."""
+    _, _, sl, study = open_one(storage)
+    asking = study.ask(sl.distributions(KEY))  # another driver, inside owners.ask
+    _, in_flight = ask_as(study, sl, owners.driver())
+    assert owners.lost_to(in_flight).number == asking.number and owners.taken(study)
+    assert owners.fail_zombies(study) == []
+    [frozen] = in_flight
+    assert owners.alive(frozen, now=time.time() + owners.GRACE_S - 5)
+    assert not owners.alive(frozen, now=time.time() + owners.GRACE_S + 1)
 
 
 def test_a_study_with_a_live_peers_trial_is_taken_and_a_dead_ones_is_not(storage, peer, dead):
@@ -131,7 +160,7 @@ def test_seeds_count_only_earlier_evaluations(storage, peer):
     first, _ = ask_as(study, sl, owners.driver())
     second, _ = ask_as(study, sl, peer)
     assert second.params == first.params
-    assert loop.seeds_for(study, search, first) == [0, 1] and loop.seeds_for(study, search, second) == [2, 3]
+    assert loop.seeds_for(study, search, first, 0) == [0, 1] and loop.seeds_for(study, search, second, 0) == [2, 3]
 
 
 def test_the_rounds_wait_for_a_live_peer_and_go_on_with_its_result(storage, peer, tmp_path, monkeypatch):
@@ -157,7 +186,7 @@ def test_a_dead_peers_candidate_is_asked_again_with_the_same_seeds(storage, dead
     opened = {sl.study_name: search_studies.open_study(sl, search, storage)}
     loop.run(base, search, [sl], opened, OutDir(tmp_path), extend=0)
     trials = study.get_trials()
-    assert trials[0].state == TrialState.FAIL and trials[0].user_attrs[owners.ZOMBIE]
+    assert trials[0].state == TrialState.FAIL and owners.zombies(study) == {0}
     assert trials[1].params == theirs.params and trials[1].user_attrs["seed_list"] == [0]
     pooled = optuna_evidence(study)
     assert min(v for v, ok in pooled.items() if ok) == WIDTH_NEEDED
@@ -178,3 +207,25 @@ def test_with_a_live_peer_in_the_roster_a_driver_asks_in_its_share_of_the_free_s
     owners.Roster(first, me=peer).announce()
     ask_as(studies[all_slices[1].study_name], all_slices[1], owners.driver())  # we worked on the second slice last
     assert roster.live() == 2 and loop.my_share(all_slices, studies, roster) == [all_slices[1]]
+
+
+def test_the_heartbeat_refreshes_each_trial_of_each_study(storage):
+    """Trial numbers repeat across studies: trial 0 of one study is not trial 0 of another."""
+    base, search = load_search(CONFIGS / "debug_search.yaml", ["search.guide.metric="])
+    all_slices = search_studies.slices(base, search, base.name)
+    opened = [search_studies.open_study(sl, search, storage) for sl in all_slices[:2]]
+    trials = [ask_as(study, sl, owners.driver())[0] for study, sl in zip(opened, all_slices)]
+    assert [t.number for t in trials] == [0, 0]
+    beat, since = owners.Heartbeat(interval=0.05), time.time()
+    for trial in trials:
+        beat.add(trial)
+    time.sleep(0.5)
+    beat.stop()
+    assert all(study.get_trials()[0].user_attrs[owners.HEARTBEAT] > since for study in opened)
+
+
+def test_optuna_is_used_through_its_public_api_only():
+    """Its private attributes (a study's storage and ids, a trial's id, its suggest) change between releases."""
+    private = ("SLF001", "._storage", "._study_id", "._trial_id", "._thread_local", "._suggest")
+    for path in (Path(__file__).parents[2] / "sweep" / "search").glob("*.py"):
+        assert not [word for word in private if word in path.read_text()], path

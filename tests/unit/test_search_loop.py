@@ -2,13 +2,14 @@
 Ray): budgets, --extend, zombie trials, fresh seeds on re-evaluation. The real Ray path is in
 tests/integration/test_search.py."""
 import math
+import subprocess
 
 import optuna
 import pandas as pd
 import pytest
 
 from sweep import space, tuner
-from sweep.search import bisection, loop, tables
+from sweep.search import bisection, loop, owners, tables
 from sweep.search import studies as search_studies
 from sweep.search.config import STREAK, SuccessConfig, load_search
 from sweep.out_dir import OutDir
@@ -29,13 +30,37 @@ def completed(study) -> list[optuna.trial.FrozenTrial]:
     return [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
 
 
+def estimated(search, sl, study):
+    """The slice's K*_q estimate from its study (estimate.py), as min_diversity.csv states it."""
+    return study.sampler.fit(study.get_trials()) if search.sampler == "threshold" else None
+
+
 def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake_width_tune):
+    """A sharp transition (every seed passes from WIDTH_NEEDED on): K*_q is WIDTH_NEEDED and the slice ends once its
+    interval spans one knob step, inside its budget; every seed asked is trained once."""
     base, search, all_slices, studies, _ = setup(tmp_path)
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
-    for sl in all_slices:
-        pooled = bisection.evidence(studies[sl.study_name].get_trials(), "task.lengths.width")
-        assert bisection.minimal_value(sl.values, pooled, 1.0) == WIDTH_NEEDED
-    assert sum(map(len, fake_width_tune)) == sum(len(completed(s)) for s in studies.values())  # one seed per evaluation
+    table, curve = tables.min_diversity_rows(studies, all_slices, search, base)
+    assert list(table["diversity_star"]) == [WIDTH_NEEDED] * len(all_slices)
+    assert (table["diversity_star_low"] <= WIDTH_NEEDED).all() and (table["diversity_star_high"] >= WIDTH_NEEDED).all()
+    assert (table["diversity_star_high"] - table["diversity_star_low"] <= search.resolution).all()
+    assert table["finished"].all() and (table["seeds"] <= search.budget.trainings).all()
+    seeds = sum(bisection.seeds_asked(s.get_trials()) for s in studies.values())
+    assert sum(map(len, fake_width_tune)) == seeds == table["seeds"].sum() == curve["trained"].sum()
+    passed = curve[curve["trained"] > 0]
+    assert ((passed["passed"] == passed["trained"]) == (passed["task.lengths.width"] >= WIDTH_NEEDED)).all()
+
+
+def test_threshold_search_draws_consecutive_seeds_from_the_configs_seed(tmp_path, fake_width_tune):
+    """seed=S: each knob value's seeds are S, S + 1, ... in the order asked, search.batch per evaluation, so a
+    replication with disjoint seeds is one override."""
+    base, search, all_slices, studies, _ = setup(tmp_path, "seed=1000", "search.batch=3")
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
+    by_value = {}
+    for trial in completed(studies[all_slices[0].study_name]):
+        by_value.setdefault(trial.params["task.lengths.width"], []).extend(trial.user_attrs["seed_list"])
+    assert by_value and all(seeds == list(range(1000, 1000 + len(seeds))) for seeds in by_value.values())
+    assert {len(t.user_attrs["seed_list"]) for t in completed(studies[all_slices[0].study_name])} <= {1, 2, 3}
 
 
 def test_tpe_respects_the_budget_and_extend_adds_to_it(tmp_path, fake_width_tune):
@@ -61,16 +86,19 @@ def test_zombies_are_failed_and_their_candidate_asked_again_with_the_same_seeds(
     sl = all_slices[0]
     zombie = studies[sl.study_name].ask({"task.lengths.width": optuna.distributions.IntDistribution(1, 7)})
     zombie.set_user_attr("seed_list", [0])  # a killed driver left it RUNNING
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    zombie.set_user_attr(owners.DRIVER, owners.driver(gone.pid))
     studies = {s.study_name: search_studies.open_study(s, search, storage) for s in all_slices}
     states = [t.state for t in studies[sl.study_name].get_trials()]
     assert states == [optuna.trial.TrialState.FAIL]
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     first = completed(studies[sl.study_name])[0]
-    assert first.params == zombie.params and first.user_attrs["seed_list"] == [0]
+    assert first.params == zombie.params and first.user_attrs["seed_list"][0] == 0
 
 
 def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_width_tune):
-    base, search, all_slices, studies, _ = setup(tmp_path, "search.success.seeds=[0,1]")
+    base, search, all_slices, studies, _ = setup(tmp_path, "search.sampler=bisection", "search.success.seeds=[0,1]")
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     by_value = {}
     for trial in completed(studies[all_slices[0].study_name]):
@@ -103,7 +131,7 @@ def test_a_knob_of_explicit_float_values_is_bisected(tmp_path, monkeypatch):
     fake threshold among them, as it does among integers."""
     calls = fake_executor(monkeypatch, lambda point, m: 1.0 if point["task.alpha"] >= ALPHA_NEEDED else 0.0,
                           metric="ood/icl_acc")
-    search_section = (f"search={{knob: {{key: task.alpha, values: {ALPHAS}}}, sampler: threshold, "
+    search_section = (f"search={{knob: {{key: task.alpha, values: {ALPHAS}}}, sampler: bisection, "
                       "success: {threshold: 0.9, seeds: [0]}, budget: {per_slice: 8}}")
     path = tmp_path / "alpha_search.yaml"
     path.write_text((CONFIGS / "debug_mixed_ngram.yaml").read_text())
@@ -148,8 +176,8 @@ def test_a_diverged_seed_counts_as_a_failure_whatever_its_last_finite_evaluation
     base, search, all_slices, studies, _ = setup(tmp_path)
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     for sl in all_slices:
-        pooled = bisection.evidence(studies[sl.study_name].get_trials(), "task.lengths.width")
-        assert bisection.minimal_value(sl.values, pooled, 1.0) == WIDTH_NEEDED
+        fit = estimated(search, sl, studies[sl.study_name])
+        assert sl.values[fit.star] == WIDTH_NEEDED
 
 
 OOM = "RuntimeError: CUDA error: out of memory"
@@ -187,7 +215,8 @@ def test_a_seed_that_fails_on_every_try_fails_its_candidate_with_its_error_in_tr
 def test_a_seed_stopped_once_its_candidate_was_decided_has_no_verdict_of_its_own(tmp_path):
     """Seed 0 failed (2 of 2 needed), so seed 1 stopped where it was (verdict_known): it does not count as a success,
     although its last evaluation passed; the candidate fails, with 0 of its 2 seeds passing."""
-    base, search, [sl, _], studies, _ = setup(tmp_path, "search.success.seeds=[0,1]", "search.success.min_seeds=2")
+    base, search, [sl, _], studies, _ = setup(tmp_path, "search.sampler=bisection", "search.success.seeds=[0,1]",
+                                             "search.success.min_seeds=2")
     study = studies[sl.study_name]
     trial = study.ask(sl.distributions(search.knob.key))
     points = [sl.point | trial.params | {"seed": seed} for seed in (0, 1)]
@@ -196,11 +225,13 @@ def test_a_seed_stopped_once_its_candidate_was_decided_has_no_verdict_of_its_own
     loop.tell(study, trial, points, search, tmp_path)
     [told] = study.get_trials()
     assert told.user_attrs["successes"] == 0 and told.user_attrs["seeds"] == 2 and told.constraints["success"] > 0
+    assert told.user_attrs["judged"] == 1  # the success curve sees only the seed that was judged
 
 
 def test_a_search_rule_groups_each_evaluations_seeds_apart(tmp_path):
     """Seeds [0, 1] are the first evaluation of a candidate, [2, 3] its re-check (seeds_for): two groups."""
-    _, search, *_ = setup(tmp_path, "search.success.seeds=[0,1]", "search.success.min_seeds=2")
+    _, search, *_ = setup(tmp_path, "search.sampler=bisection", "search.success.seeds=[0,1]",
+                          "search.success.min_seeds=2")
     rule = loop.verdict_rule(search)
     groups = [rule({"task.lengths.low": 2, "task.lengths.width": 3, "seed": s})["group"] for s in range(4)]
     assert groups[0] == groups[1] != groups[2] == groups[3]
@@ -209,3 +240,11 @@ def test_a_search_rule_groups_each_evaluations_seeds_apart(tmp_path):
     off = loop.verdict_rule(load_search(CONFIGS / "debug_search.yaml", ["search.stop.streak=0",
                                                                        "search.stop.decided=false"])[1])
     assert off({"task.lengths.low": 2, "seed": 0}) is None
+
+
+def test_the_threshold_sampler_judges_every_seed_on_its_own(tmp_path):
+    """No m-of-n groups: each seed stops only on its own streak, so every seed is a point of the success curve."""
+    _, search, *_ = setup(tmp_path)
+    rule = loop.verdict_rule(search, first=0)
+    rules = [rule({"task.lengths.low": 2, "task.lengths.width": 3, "seed": s}) for s in range(3)]
+    assert {(r["needed"], r["size"]) for r in rules} == {(1, 1)} and len({r["group"] for r in rules}) == 3

@@ -73,8 +73,12 @@ def test_a_study_of_another_experiment_is_foreign(tmp_path):
     legacy.ask({"task.lengths.width": optuna.distributions.IntDistribution(1, 5)})
     sl, search, fingerprint = experiment()
     sl.study_name = "old.low=2"
+    old = (tmp_path / "old" / studies.JOURNAL).read_bytes()
     with pytest.raises(ConfigError, match="another experiment"):
         studies.check_owner(studies.storage_for(None, tmp_path / "old"), sl, search.knob.key, fingerprint, "--out")
+    sl.study_name = "new.low=2"
+    studies.check_owner(studies.storage_for(None, tmp_path / "old"), sl, search.knob.key, fingerprint, "--out")
+    assert (tmp_path / "old" / studies.JOURNAL).read_bytes() == old  # checking reads only
 
 
 @pytest.mark.parametrize("url", [

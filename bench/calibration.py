@@ -23,7 +23,7 @@ from scipy import stats
 from sweep.search import bisection
 
 KEY = "knob"
-Q, CONFIDENCE, BATCH, RESOLUTION, BUDGET = 0.5, 0.95, 2, 1.0, 40  # the search's defaults
+Q, CONFIDENCE, BATCH, RESOLUTION, BUDGET = 0.5, 0.95, 3, 1.0, 40  # the search's defaults
 SHAPES = {  # p(K) at 12 knob values
     "sharp": [0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
     "noisy": [0, 0, .05, .1, .2, .35, .45, .6, .75, .85, .95, 1],

@@ -2,7 +2,8 @@
 against the theory's reference value of each slice (the task's diversity measure at diversity* against the value its
 theory lines give; slice by slice for a task without theory lines), with the points as FILE.csv beside it. Reads
 only the search directories (config.yaml, min_diversity.csv): searches of two models side by side are the project's
-theory-against-practice figure. A slice that found no threshold says how many of the seeds at the widest value it
+theory-against-practice figure. Each point carries the interval of its slice's answer (min_diversity.csv's
+`{measure}_low`, `{measure}_high`). A slice that found no threshold says how many of the seeds at the widest value it
 tried fitted their training data (trials.csv): whether the model failed there, or its training did."""
 from __future__ import annotations
 
@@ -22,10 +23,13 @@ FITTED = ("id/acc", 0.99)  # a seed fitted its training data: its in-distributio
 
 
 def threshold_points(out: Path) -> tuple[pd.DataFrame, str]:
-    """One row per slice of the search in `out` (its slice keys, `theory`: the task's reference value of its
-    diversity measure, `measured`: that measure at diversity*, NaN where no candidate generalized, `bound`: where
-    none did, the measure at the last value that failed, and `fitted_at_widest`: the share of the seeds at the
-    widest value tried that fitted their training data), and the name of that measure."""
+    """One row per slice of the search in `out`, and the name of the task's diversity measure: its slice keys,
+    `theory` (the task's reference value of that measure), `measured` (the measure at diversity*, NaN where
+    diversity* lies past the widest value tried), `measured_low` / `measured_high` (the measure at the ends of
+    diversity*'s interval, low <= high, NaN where that side is open), `seeds` and `finished` (from
+    min_diversity.csv), `bound` (for a slice without `measured`, the measure at the earliest place the evidence puts
+    diversity*: whatever the threshold is, it lies past that) and `fitted_at_widest` (for such a slice, the share of
+    the seeds at the widest value tried that fitted their training data)."""
     cfg = read_config(out / "config.yaml")
     if cfg is None or not (out / "min_diversity.csv").exists():
         raise ConfigError("DIR", f"{out} is not the output of a threshold search (no config.yaml and "
@@ -33,14 +37,16 @@ def threshold_points(out: Path) -> tuple[pd.DataFrame, str]:
     axis = task_of(cfg).diversity_axis
     minimal = pd.read_csv(out / "min_diversity.csv")
     slice_keys = [a["key"] for a in (cfg.get("search") or {}).get("slices", [])]
-    measured = minimal[axis] if axis in minimal else pd.Series(np.nan, index=minimal.index)
+    column = lambda name: minimal[name] if name in minimal else pd.Series(np.nan, index=minimal.index)
     theory = pd.to_numeric(pd.Series(theory_values(cfg, minimal, slice_keys, axis), index=minimal.index))
     name = f"{out.name} ({(cfg.get('model') or {}).get('name', '?')})"
     label = minimal[slice_keys].apply(lambda row: ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in row.items()),
                                       axis=1) if slice_keys else pd.Series("all", index=minimal.index)
     points = minimal[slice_keys].assign(search=name, slice=label, theory=theory,
-                                        measured=measured.where(minimal["diversity_star"].notna()),
-                                        bound=_at_widest_failure(cfg, minimal, slice_keys, axis),
+                                        measured=column(axis).where(minimal["diversity_star"].notna()),
+                                        measured_low=column(f"{axis}_low"), measured_high=column(f"{axis}_high"),
+                                        seeds=column("seeds"), finished=column("finished"),
+                                        bound=_bound(cfg, minimal, slice_keys, axis),
                                         fitted_at_widest=_fitted_at_widest(out, cfg, minimal))
     return points, axis
 
@@ -66,15 +72,20 @@ def _fitted_at_widest(out: Path, cfg: dict, minimal: pd.DataFrame) -> pd.Series:
     return share
 
 
-def _at_widest_failure(cfg: dict, minimal: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.Series:
-    """Per slice that found no threshold, the diversity measure at the last knob value it tried and saw fail
-    (`below_star`): whatever the threshold is, it lies beyond that. NaN for the other slices."""
+def _bound(cfg: dict, minimal: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.Series:
+    """Per slice whose diversity* lies past the widest value tried, the diversity measure at the earliest place the
+    evidence puts it: the interval's low end (`diversity_star_low`) where there is one, else the widest value tried
+    (`widest_tried`). Whatever the threshold is, it lies past that. NaN for the other slices."""
     knob = ((cfg.get("search") or {}).get("knob") or {}).get("key")
     bound = pd.Series(np.nan, index=minimal.index)
-    if not knob or "below_star" not in minimal:
+    if not knob:
         return bound
-    none_found = minimal["diversity_star"].isna() & minimal["below_star"].notna()
-    rows = minimal[none_found].rename(columns={"below_star": knob})  # the slice with the knob at its widest failure
+    earliest = pd.Series(np.nan, index=minimal.index)
+    for column in ("widest_tried", "diversity_star_low"):  # the later one wins where it has a value
+        if column in minimal:
+            earliest = minimal[column].where(minimal[column].notna(), earliest)
+    none_found = minimal["diversity_star"].isna() & earliest.notna()
+    rows = minimal[none_found].assign(**{knob: earliest[none_found]})  # the slice with the knob at that value
     for index, slice_cfg in zip(rows.index, slice_configs(cfg, rows, slice_keys + [knob])):
         if slice_cfg is not None:
             bound[index] = task_of(slice_cfg).diversity(slice_cfg.task).get(axis, np.nan)

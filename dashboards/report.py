@@ -138,34 +138,88 @@ def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, task: Ta
 
 
 def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) -> list[Section]:
-    """min_diversity.csv, the search's traces over the phase diagram of what it evaluated, and the diversity measure
-    at diversity* per slice beside the theory's reference value."""
+    """min_diversity.csv (each slice's K*_q with its interval, a note naming the slices not finished), the success
+    curves behind it (success_curve.csv, drawn and as a table), the search's traces over the phase diagram of what it
+    evaluated, and the diversity measure at diversity* per slice, with its interval, beside the theory's value."""
+    from dashboards.html import render_table  # (belongs with the imports above; kept here while others edit them)
+
     search = cfg.get("search") or {}
     minimal = pd.read_csv(out / "min_diversity.csv")
-    sections = [Section("Minimal diversity for OOD generalization (min_diversity.csv)", table=minimal)]
+    success = search.get("success") or {}
     slice_keys = [axis["key"] for axis in search.get("slices", [])]
-    knob, metric = search.get("knob", {}).get("key"), search.get("success", {}).get("metric", task.success_metric)
-    if not knob or finished.empty:
-        return sections
-    try:
-        if not slice_keys:  # a single study: its one column, named by the study
-            figure = figures.phase_diagram(finished, "study", knob, metric)
-            figures.search_traces(figure, finished, minimal, ["study"], knob)
-            return sections + [Section("Search trace over the points it evaluated (numbers: evaluation order; star: "
-                                       "diversity*)", image_png=figures.png_bytes(figure), alt="search trace")]
-        figure = figures.phase_diagram(finished, slice_keys[0], knob, metric, panels=slice_keys[1:])
-        figures.search_traces(figure, finished, minimal, slice_keys, knob)
-        sections.append(Section("Search traces over the points they evaluated (numbers: evaluation order; star: "
-                                "diversity*)", image_png=figures.png_bytes(figure), alt="search traces"))
-        axis = task.diversity_axis
-        if axis in minimal and minimal[axis].notna().any():
-            theory = theory_values(cfg, minimal, slice_keys, axis)
-            sections.append(Section(f"Measured threshold: {axis} at diversity* (dashed: the theory's scale)",
-                                    image_png=figures.png_bytes(figures.threshold(minimal, slice_keys, axis, theory)),
-                                    alt=f"{axis} at the minimal diversity"))
-    except (KeyError, ValueError) as e:  # a table this code does not know: say so, keep the rest
-        sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
+    knob, metric = search.get("knob", {}).get("key"), success.get("metric", task.success_metric)
+    axis = task.diversity_axis
+    sections = [Section("Minimal diversity for OOD generalization (min_diversity.csv)",
+                        html=_open_note(minimal, slice_keys) + _answer_legend(success, axis, search.get("sampler"))
+                        + render_table(minimal))]
+    curve = _read_csv(out / "success_curve.csv")
+    if knob and curve is not None and not curve.empty:
+        try:
+            q = float(success.get("rate", 0.5))
+            figure = figures.success_curves(curve, minimal, slice_keys, knob, q, success.get("confidence"))
+            sections.append(Section(f"Success curves: p(K) per slice, K*_q shaded with its interval (q = {q:g})",
+                                    image_png=figures.png_bytes(figure), alt="success curves"))
+        except (KeyError, ValueError) as e:
+            sections.append(Section("Success curves", text=f"not drawn: {type(e).__name__}: {e}"))
+    if knob and not finished.empty:
+        try:
+            if not slice_keys:  # a single study: its one column, named by the study
+                figure = figures.phase_diagram(finished, "study", knob, metric)
+                figures.search_traces(figure, finished, minimal, ["study"], knob)
+                heading = "Search trace over the points it evaluated"
+            else:
+                figure = figures.phase_diagram(finished, slice_keys[0], knob, metric, panels=slice_keys[1:])
+                figures.search_traces(figure, finished, minimal, slice_keys, knob)
+                heading = "Search traces over the points they evaluated"
+            sections.append(Section(f"{heading} (numbers: evaluation order; star: diversity*; red bracket: its "
+                                    "interval)", image_png=figures.png_bytes(figure), alt="search traces"))
+            if slice_keys and axis in minimal and minimal[axis].notna().any():
+                theory = theory_values(cfg, minimal, slice_keys, axis)
+                figure = figures.threshold(minimal, slice_keys, axis, theory)
+                sections.append(Section(f"Measured threshold: {axis} at diversity* with its interval (dashed: the "
+                                        "theory's scale)", image_png=figures.png_bytes(figure),
+                                        alt=f"{axis} at the minimal diversity"))
+        except (KeyError, ValueError) as e:  # a table this code does not know: say so, keep the rest
+            sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
+    if curve is not None and not curve.empty:
+        sections.append(Section("Success curves (success_curve.csv): seeds trained and passed at each knob value, "
+                                "p with its interval", table=curve))
     return sections
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    """A table of the output dir; None where it is absent (a search from before it was written) or empty."""
+    try:
+        return pd.read_csv(path) if path.exists() else None
+    except pd.errors.EmptyDataError:
+        return None
+
+
+def _open_note(minimal: pd.DataFrame, slice_keys: list[str]) -> str:
+    """A visible paragraph naming the slices whose search stopped before their answer settled ("" when none)."""
+    unfinished = minimal[figures.open_slices(minimal)]
+    if unfinished.empty:
+        return ""
+    names = [figures.slice_title(row, slice_keys) if slice_keys else str(row.get("study", "the search"))
+             for _, row in unfinished.iterrows()]
+    return (f'<p style="color: {figures.OPEN_COLOUR}; font-weight: bold">Not finished: '
+            f"{html.escape('; '.join(names))}: the answer may still move.</p>\n")
+
+
+def _answer_legend(success: dict, axis: str, sampler: str | None) -> str:
+    """One paragraph saying what min_diversity.csv's columns mean, with q and the confidence from config.yaml."""
+    q, confidence = success.get("rate", 0.5), success.get("confidence", 0.95)
+    level = f"{float(confidence):.0%}" if isinstance(confidence, (int, float)) else str(confidence)
+    text = (f"diversity_star: K*_q, the smallest knob value at which a seed passes with probability at least "
+            f"q = {q} (posterior median; \u2013, blank in the CSV: past the widest value); diversity_star_low / "
+            f"_high: its {level} interval (high \u2013: it reaches past the widest value; low \u2013 too: the "
+            f"evidence puts K* past it); {axis} at K* and at the interval's ends (_low \u2264 _high; \u2013: "
+            "unbounded on that side); "
+            "widest_tried: the widest value trained; p_at_widest: p there with its interval; seeds: seeds trained "
+            "behind the answer; finished: False where the search stopped before the answer settled.")
+    if sampler == "bisection":
+        text += " bisection_star: the older all-seeds-pass protocol's own answer."
+    return f"<p>{html.escape(text)}</p>\n"
 
 
 def _shape_search(out: Path, trials: pd.DataFrame, cfg: dict, task: Task) -> list[Section]:

@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from trainables.io import atomic_write
 
@@ -32,6 +32,10 @@ OUTLINE = [patheffects.withStroke(linewidth=2, foreground="white")]  # legible t
 PANEL_COLS = 3  # phase-diagram panels per row; more would make each heatmap too small to read
 PANEL_SIZE = (4.2, 3.8)  # inches per phase-diagram panel; fits 13 x 13 cells with legible tick labels
 UNIT_INTERVAL_SUFFIXES = ("acc", "_rate")  # metrics in [0, 1] get a fixed colour scale so figures compare
+OPEN_COLOUR = "#b35900"  # a slice (or point) whose search stopped before its answer settled
+DASH = "\u2013"  # no value
+UNFINISHED_RING = dict(marker="o", markersize=13, markerfacecolor="none", color="black", markeredgewidth=1.2,
+                       linestyle="")  # around a point whose slice is not finished (black: no line's colour)
 
 
 def new_figure(width: float, height: float, dpi: int = DPI) -> Figure:
@@ -309,8 +313,10 @@ def cell_means(rows: pd.DataFrame, x: str, y: str, metric: str, xs, ys) -> np.nd
 
 def search_traces(figure: Figure, finished: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[str], knob: str):
     """On a phase diagram of a search's evaluations (x = first slice key, y = knob, panels = the other slice keys):
-    each slice's evaluations numbered in order ("2,5": evaluated second, re-checked fifth) and its diversity*
-    starred."""
+    each slice's evaluations numbered in order ("2,5": evaluated second, re-checked fifth), its diversity* starred
+    and its interval [`diversity_star_low`, `diversity_star_high`] as a red bracket at the cell's right edge (an
+    interval end between two values evaluated sits between their cells; an open end, beyond the widest value, runs
+    to the top with an arrow)."""
     x_key, panel_keys = slice_keys[0], slice_keys[1:]
     xs = list(np.sort(finished[x_key].unique()))
     ys = list(np.sort(finished[knob].unique()))
@@ -325,44 +331,233 @@ def search_traces(figure: Figure, finished: pd.DataFrame, minimal: pd.DataFrame,
             for candidate, numbers in labels.items():
                 ax.annotate(",".join(numbers), (xs.index(x_value), ys.index(candidate)), ha="center", va="center",
                             fontsize=7, color="black", weight="bold", path_effects=OUTLINE)
-        for _, row in _select(minimal, panel_keys, combo).dropna(subset=["diversity_star"]).iterrows():
-            if row[x_key] in xs and row["diversity_star"] in ys:
-                ax.plot(xs.index(row[x_key]), ys.index(row["diversity_star"]), marker="*", markersize=16,
+        for _, row in _select(minimal, panel_keys, combo).iterrows():
+            if row[x_key] not in xs:
+                continue
+            x = xs.index(row[x_key])
+            star = row.get("diversity_star", np.nan)
+            if not pd.isna(star) and star in ys:
+                ax.plot(x, ys.index(star), marker="*", markersize=16,
                         markerfacecolor="none", markeredgecolor="red", markeredgewidth=1.5)
+            if "diversity_star_low" in row and "diversity_star_high" in row:  # not in an older min_diversity.csv
+                _bracket(ax, x, ys, row["diversity_star_low"], row["diversity_star_high"])
+
+
+def _bracket(ax, x: float, ys: list, low, high) -> None:
+    """K*'s interval on a categorical knob axis (cell i at y = i): a bracket at the right edge of column x."""
+    top = len(ys) - 0.5
+    where = lambda value: float(np.clip(np.interp(float(value), ys, np.arange(len(ys))), -0.5, top))
+    bottom = where(low) - 0.4 if not pd.isna(low) else top - 0.4  # low open too: K* beyond every value
+    end = where(high) + 0.4 if not pd.isna(high) else top
+    edge, tick = x + 0.44, x + 0.3
+    style = dict(color="red", linewidth=1.6, solid_capstyle="butt", path_effects=OUTLINE)
+    ax.plot([tick, edge, edge], [bottom, bottom, min(end, top)], **style)
+    if pd.isna(high):
+        ax.annotate("", xy=(edge, top), xytext=(edge, top - 0.6),
+                    arrowprops=dict(arrowstyle="->", color="red", linewidth=1.6), annotation_clip=False)
+    else:
+        ax.plot([edge, tick], [min(end, top)] * 2, **style)
+
+
+def success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[str], knob: str, q: float,
+                   confidence: float | None = None) -> Figure:
+    """A search's success curves (success_curve.csv) with its answers (min_diversity.csv): one panel per slice,
+    columns the first slice key's values, rows the other keys' values. In each panel: p(K), the probability that a
+    seed trained at knob value K passes, as the model's posterior mean (line) and interval [p_low, p_high] (band);
+    each value's seeds as a dot at passed / trained, its area growing with the seeds trained (none where nothing
+    trained); q dashed; K*_q starred where the curve crosses q, and its interval [diversity_star_low,
+    diversity_star_high] shaded. An interval reaching past the widest value runs into the grey "beyond" strip at the
+    right; a slice whose search stopped before its answer settled says "not finished" in its title."""
+    keys = slice_keys or ["study"]
+    first, others = keys[0], keys[1:]
+    columns = list(np.sort(minimal[first].unique()))
+    rows = [()] if not others else list(
+        minimal[others].drop_duplicates().sort_values(others).itertuples(index=False, name=None))
+    fig = new_figure(0.6 + 3.1 * len(columns), 0.9 + 2.5 * len(rows), dpi=110)
+    axes = fig.subplots(len(rows), len(columns), squeeze=False, sharey=True)
+    unfinished = open_slices(minimal)
+    label = f"{confidence:.0%} interval" if confidence else "interval"
+    for r, combo in enumerate(rows):
+        for c, value in enumerate(columns):
+            ax = axes[r, c]
+            found = _select(minimal, [first, *others], (value, *combo))
+            if found.empty:
+                ax.remove()  # a slice the search's constraints left out
+                continue
+            answer = found.iloc[0]
+            points = curve[curve["study"] == answer["study"]] if "study" in curve and "study" in answer else \
+                _select(curve, keys, (value, *combo))
+            _success_panel(ax, points.sort_values(knob), answer, knob, q, label)
+            title = slice_title(answer, keys) if slice_keys else str(value)
+            title += f"\nK* = {_interval_text(answer, 'diversity_star')}"
+            if unfinished[found.index[0]]:
+                ax.set_title(title + " (not finished)", fontsize=9, color=OPEN_COLOUR)
+            else:
+                ax.set_title(title, fontsize=9)
+            if r == len(rows) - 1:
+                ax.set_xlabel(knob)
+            if c == 0:
+                ax.set_ylabel("p(seed passes)")
+    handles, labels = [], []
+    for ax in fig.axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            if text not in labels:
+                handles.append(handle)
+                labels.append(text)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), fontsize="x-small",
+               frameon=False)
+    fig.suptitle(f"Success curves: p(K) per slice; K*_q is the smallest K with p \u2265 q = {q:g}", fontsize=11)
+    return fig
+
+
+def _success_panel(ax, points: pd.DataFrame, answer: pd.Series, knob: str, q: float, interval_label: str) -> None:
+    """One slice of success_curves: p with its band, the raw seeds, q, and K* with its interval."""
+    values = points[knob].to_numpy(dtype=float)  # (m,) the slice's knob values, increasing
+    ax.set_ylim(-0.04, 1.04)
+    ax.grid(alpha=0.3)
+    ax.axhline(q, color="black", linestyle="--", linewidth=1, label=f"q = {q:g}")
+    if len(values) == 0:
+        return
+    gaps = np.diff(values)
+    step = float(np.median(gaps)) if len(gaps) else 1.0
+    edges = np.concatenate([[values[0] - step / 2], (values[1:] + values[:-1]) / 2, [values[-1] + step / 2]])
+    beyond = (edges[-1], values[-1] + 1.5 * step)  # where an answer past the widest value goes
+    ax.set_xlim(edges[0], beyond[1])
+    whole = bool(np.all(values == np.round(values)))
+    ticks = MaxNLocator(nbins=6, integer=whole).tick_values(values[0], values[-1])
+    ax.set_xticks([t for t in ticks if values[0] <= t <= values[-1]])  # none in the "beyond" strip
+    ax.axvspan(*beyond, color="0.85", linewidth=0)
+    ax.text(sum(beyond) / 2, 0.2, "beyond", rotation=90, ha="center", va="center", fontsize="x-small", color="0.35")
+    ax.fill_between(values, points["p_low"], points["p_high"], color="C0", alpha=0.22, linewidth=0,
+                    label=f"p: {interval_label}")
+    ax.plot(values, points["p"], color="C0", linewidth=1.6, label="p: posterior mean")
+    trained = points["trained"].to_numpy(dtype=float)
+    seen = trained > 0
+    if seen.any():
+        passed = points["passed"].to_numpy(dtype=float)
+        ax.scatter(values[seen], passed[seen] / trained[seen], s=12 + 10 * trained[seen], color="black", alpha=0.65,
+                   edgecolors="white", linewidths=0.5, zorder=3, label="passed / trained (area: seeds)")
+    index = lambda value: int(np.argmin(np.abs(values - float(value))))
+    low, high, star = (answer.get(k, np.nan) for k in ("diversity_star_low", "diversity_star_high", "diversity_star"))
+    if not (pd.isna(low) and pd.isna(high) and not pd.isna(star)):  # an older table has a star and no interval
+        left = edges[index(low)] if not pd.isna(low) else beyond[0]
+        right = edges[index(high) + 1] if not pd.isna(high) else beyond[1]
+        ax.axvspan(left, right, color="C3", alpha=0.18, linewidth=0, label=f"K*: {interval_label}")
+    if not pd.isna(star):
+        ax.plot(float(star), q, marker="*", markersize=13, color="C3", markeredgecolor="white", linestyle="",
+                zorder=4, label="K*")
+    elif not pd.isna(low) or pd.isna(high):  # the posterior median is past the widest value
+        ax.plot(sum(beyond) / 2, q, marker="*", markersize=13, markerfacecolor="white", markeredgecolor="C3",
+                linestyle="", zorder=4, label="K* past the widest value")
+
+
+def _interval_text(row: pd.Series, column: str) -> str:
+    """"5 [4, 6]"; "\u2013 [8, beyond]" where the median is past the widest value, "beyond" for an open end."""
+    text = lambda value: "beyond" if pd.isna(value) else _fmt(value)
+    point = row.get(column, np.nan)
+    low, high = row.get(f"{column}_low", np.nan), row.get(f"{column}_high", np.nan)
+    if pd.isna(low) and pd.isna(high):
+        return DASH if pd.isna(point) else _fmt(point)  # a table without intervals
+    return f"{DASH if pd.isna(point) else _fmt(point)} [{text(low)}, {text(high)}]"
+
+
+def open_slices(minimal: pd.DataFrame) -> pd.Series:
+    """(rows,) bool: the slices whose `finished` is False (the search stopped before the answer settled); a table
+    without that column has none."""
+    if "finished" not in minimal:
+        return pd.Series(False, index=minimal.index)
+    return minimal["finished"].map(lambda done: str(done).strip().lower() in ("false", "0", "0.0"))
 
 
 def threshold(minimal: pd.DataFrame, slice_keys: list[str], metric: str, theory: list[float | None]) -> Figure:
-    """`metric` at diversity* against the first slice key, one line per value of the other slice keys; theory[i] is
-    the reference value of row i's slice (drawn dashed in its line's colour, once per value)."""
-    fig = new_figure(6, 4, dpi=110)
+    """`metric` at diversity* against the first slice key, one line per value of the other slice keys, with its
+    interval [`{metric}_low`, `{metric}_high`] as a bar; an open side (the interval reaches past the widest value
+    tried) is an arrow. A slice whose diversity* is past the widest value has a hollow marker at its interval's
+    bounded end with an arrow the other way; a black ring: the slice is not finished. theory[i] is the
+    reference value of row i's slice (drawn dashed in its line's colour, once per value)."""
+    fig = new_figure(6.4, 4.4, dpi=110)
     ax = fig.subplots()
     x_key, others = slice_keys[0], slice_keys[1:]
-    minimal = minimal.assign(_theory=theory)
-    groups = minimal.groupby(others) if others else [((), minimal)]
-    for combo, rows in groups:
+    minimal = minimal.assign(_theory=theory, _open=open_slices(minimal))
+    groups = list(minimal.groupby(others)) if others else [((), minimal)]
+    xs = np.sort(minimal[x_key].unique())
+    numeric = pd.api.types.is_numeric_dtype(minimal[x_key])  # else categorical: one place per value
+    positions = xs.astype(float) if numeric else np.arange(len(xs), dtype=float)
+    place = dict(zip(xs, positions))
+    spacing = float(np.diff(positions).min()) if len(xs) > 1 else 1.0
+    unbounded = 0
+    for g, (combo, rows) in enumerate(groups):
         combo = combo if isinstance(combo, tuple) else (combo,)
         label = ", ".join(f"{short_key(k)}={_fmt(v)}" for k, v in zip(others, combo)) or "measured"
-        line, = ax.plot(rows[x_key], rows[metric], marker="o", label=label)
+        x = rows[x_key].map(place) + (g - (len(groups) - 1) / 2) * 0.06 * spacing  # side by side
+        line, = ax.plot(x, rows[metric], marker="o", label=label)
+        unbounded += _interval_bars(ax, x, rows[metric], _column(rows, f"{metric}_low"),
+                                    _column(rows, f"{metric}_high"), line.get_color(), rows["_open"])
         for value in dict.fromkeys(v for v in rows["_theory"] if v is not None and np.isfinite(v)):
             ax.axhline(value, color=line.get_color(), linestyle="--", linewidth=1, label=f"theory {value:.3g}")
+    if minimal["_open"].any():
+        ax.plot([], [], label="not finished", **UNFINISHED_RING)
+    ax.set_xticks(positions, [_fmt(v) for v in xs])
+    ax.margins(y=0.12)  # room for the arrows of open sides
+    if unbounded:
+        ax.set_title(f"{unbounded} slice(s) with no bound at all: past every value tried", fontsize="small")
     ax.set_xlabel(x_key)
-    ax.set_ylabel(f"{metric} at diversity*")
+    ax.set_ylabel(f"{metric} at diversity* (bars: interval)")
     ax.legend(fontsize="small")
     return fig
+
+
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """A numeric column, all NaN where the table has none (an older min_diversity.csv)."""
+    if name not in frame:
+        return pd.Series(np.nan, index=frame.index)
+    return pd.to_numeric(frame[name], errors="coerce")
+
+
+def _interval_bars(ax, x, y, low, high, colour, unfinished=None) -> int:
+    """A vertical bar per point from `low` to `high` (capped where bounded); from the point, an arrow toward a side
+    that is NaN (open). Where the point is NaN, a hollow marker at the interval's bounded end and an arrow toward the
+    open side. Returns how many points have neither (nothing to draw)."""
+    arrow = dict(arrowstyle="<-", color=colour, linewidth=1.2)  # the head at the offset end: pointing away
+    nothing = 0
+    for i, (xi, yi, lo, hi) in enumerate(zip(x, y, low, high)):
+        bounded = [v for v in (lo, hi) if np.isfinite(v)]
+        if not np.isfinite(yi):
+            if not bounded:
+                nothing += 1
+                continue
+            yi = bounded[0]  # (a point past the widest value has its interval open on that side: one end)
+            ax.plot(xi, yi, marker="o", markersize=7, color=colour, markerfacecolor="white", zorder=3)
+        ends = [v if np.isfinite(v) else yi for v in (lo, hi)]
+        ax.plot([xi, xi], ends, color=colour, linewidth=1.2)
+        for v in bounded:
+            ax.plot(xi, v, marker="_", markersize=8, markeredgewidth=1.4, color=colour)
+        for v, direction in ((lo, -1), (hi, 1)):
+            if not np.isfinite(v):
+                ax.annotate("", xy=(xi, yi), xytext=(0, 22 * direction), textcoords="offset points",
+                            arrowprops=arrow)
+        if unfinished is not None and bool(np.asarray(unfinished)[i]):
+            ax.plot(xi, yi, **UNFINISHED_RING)
+    return nothing
 
 
 def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
     """Measured thresholds of several searches on one plot: `metric` at diversity* of each slice (y) against the
     theory's reference value for that slice (x; both axes log), y = x dashed. points: columns `search`, `theory`,
-    `measured` (NaN where the slice found no threshold) and optionally `bound` (for such a slice, `metric` at the
-    last value that failed: drawn hollow, pointing down, as the threshold lies beyond it) and `fitted_at_widest`
-    (the share of that value's seeds that fitted their training data, written beside the marker)."""
+    `measured` (NaN where the slice's diversity* is past the widest value tried) and optionally `measured_low`,
+    `measured_high` (its interval: a bar, an arrow where a side is open), `finished` (a black ring around a slice
+    that is not), `bound` (for a slice without a point, `metric` where the evidence puts diversity* at the earliest:
+    drawn hollow, pointing down, as the threshold lies beyond it) and `fitted_at_widest` (the share of the seeds at
+    the widest value tried that fitted their training data, written beside the marker)."""
     fig = new_figure(7, 6, dpi=110)
     ax = fig.subplots()
     searches = list(dict.fromkeys(points["search"]))
     known = points["theory"].dropna()
-    if len(known):
-        x, nudge = points["theory"], lambda x, shift: x * (1 + 0.04 * shift)  # side by side at one theory value
+    if len(known):  # side by side at one theory value: each search's slices, and the searches
+        group = points.groupby(["search", "theory"], dropna=False)["theory"]
+        spread = group.cumcount() - (group.transform("size") - 1) / 2  # (rows,) a slice's place in its search's group
+        width = int(group.size().max()) + 1
+        x, nudge = points["theory"], lambda x, shift: x * (1 + 0.015 * (spread[x.index] + width * shift))
     else:  # a task without theory lines: slice by slice, in the order the searches list them (column `slice`)
         labels = list(dict.fromkeys(points["slice"]))
         x, nudge = points["slice"].map(labels.index).astype(float), lambda x, shift: x + 0.08 * shift
@@ -375,17 +570,25 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
         found = rows[rows["measured"].notna() & placed]
         if len(found):
             ax.scatter(nudge(x[found.index], shift), found["measured"], marker=marker, s=40, alpha=0.8, color=colour,
-                       label=f"{name} ({len(found)} of {len(rows)} slices found a threshold)")
+                       label=f"{name} ({len(found)} of {len(rows)} slices found a threshold; bars: its interval)")
+            _interval_bars(ax, nudge(x[found.index], shift), found["measured"], _column(found, "measured_low"),
+                           _column(found, "measured_high"), colour, open_slices(found))
         bounds = rows[rows["measured"].isna() & placed].get("bound", pd.Series(dtype=float)).dropna()
         if len(bounds):
             ax.scatter(nudge(x[bounds.index], shift), bounds, marker="v", s=40, facecolors="none", edgecolors=colour,
-                       label=f"{name}: no threshold in {len(bounds)} of {len(rows)} slices, at the widest value tried"
-                             + (" (%: its seeds that fitted the training data)" if "fitted_at_widest" in rows else ""))
-            for index, bound in bounds.items():
-                fitted = rows["fitted_at_widest"][index] if "fitted_at_widest" in rows else np.nan
+                       label=f"{name}: no threshold in {len(bounds)} of {len(rows)} slices, a bound on it"
+                             + (" (%: its seeds at the widest value that fitted the training data)"
+                                if "fitted_at_widest" in rows else ""))
+            for row, bound in bounds.items():
+                fitted = rows["fitted_at_widest"][row] if "fitted_at_widest" in rows else np.nan
                 if not np.isnan(fitted):
-                    ax.annotate(f"{fitted:.0%}", (nudge(x[index], shift), bound), xytext=(5, -3),
+                    ax.annotate(f"{fitted:.0%}", (nudge(x[[row]], shift).iloc[0], bound), xytext=(5, -3),
                                 textcoords="offset points", fontsize="x-small", color=colour)
+            unfinished = open_slices(rows.loc[bounds.index])
+            if unfinished.any():
+                ax.plot(nudge(x[bounds.index], shift)[unfinished], bounds[unfinished], **UNFINISHED_RING)
+    if open_slices(points).any():
+        ax.plot([], [], label="not finished: the answer may still move", **UNFINISHED_RING)
     if len(known):
         line = np.geomspace(known.min() / 1.3, known.max() * 1.3, 50)
         ax.plot(line, line, "k--", linewidth=1, label="theory's scale (y = x)")
@@ -396,6 +599,7 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
         ax.minorticks_off()
         ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 3, 5)))  # 0.2, 0.3, 0.5, 1: a decade is all some y span
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _fmt(round(value, 6))))
+    ax.margins(y=0.12)  # room for the arrows of open sides
     ax.set_xlabel(f"theory's reference value of {metric}" if len(known) else "slice")
     ax.set_ylabel(f"measured {metric} at diversity*")
     ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.14))  # below: long labels

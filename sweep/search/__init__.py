@@ -7,7 +7,7 @@ min_diversity.csv (or best.csv). The report is dashboards/report.py's, built fro
 """
 from __future__ import annotations
 
-from dashboards import report
+from dashboards import report, search_wandb
 from sweep import preflight, tuner
 from sweep.out_dir import OutDir
 from sweep.search import loop, studies, tables
@@ -70,5 +70,10 @@ def _write_tables_and_report(out: OutDir, base, search, opened: dict, all_slices
     out.pull_trials()
     table = tables.write(out.local, base, search, opened, all_slices)
     report.build(out.local)
+    if not search.minimize:
+        try:  # the answer and its curve as a W&B run of the search's own; a W&B failure never fails a finished search
+            search_wandb.log_search(out.local)
+        except Exception as e:  # noqa: BLE001
+            print(f"headsweep: the search's W&B run was not written: {type(e).__name__}: {e}")
     out.sync()
     return table

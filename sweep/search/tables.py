@@ -59,9 +59,9 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
                        base: config.Config) -> tuple[pd.DataFrame, pd.DataFrame]:
     """min_diversity.csv and success_curve.csv, from every seed trained with a verdict of its own (estimate.py).
 
-    One row per slice: K*_q (`diversity_star`, blank where the posterior median is "no value tried") and its
-    interval [`diversity_star_low`, `diversity_star_high`] (high blank: the interval reaches past the widest value
-    tried; low blank too: the evidence puts K* past it), the task's diversity measure (trigger copy: R) at K*_q and at
+    One row per slice: K*_q (`diversity_star`, blank where the posterior median is past the slice's widest knob
+    value) and its interval [`diversity_star_low`, `diversity_star_high`] (high blank: the interval reaches past the
+    widest knob value, i.e. it may be that no value reaches q; low blank too: the evidence puts K* past it), the task's diversity measure (trigger copy: R) at K*_q and at
     the interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side), p at the widest value
     tried with its interval, the seeds behind the answer, and whether the slice is finished (False: a search stopped
     before the slice's interval was narrow enough or its budget spent; its answer may still move).

@@ -32,11 +32,17 @@ def reference(tmp_path_factory):
 
 def test_search_writes_its_outputs(reference):
     out, proc = reference
-    assert {"study.journal", "trials.csv", "min_diversity.csv", "report.html", "config.yaml"} <= {p.name for p in out.iterdir()}
+    assert {"study.journal", "trials.csv", "min_diversity.csv", "success_curve.csv", "report.html",
+            "config.yaml"} <= {p.name for p in out.iterdir()}
     minimal = pd.read_csv(out / "min_diversity.csv")
     assert list(minimal["task.lengths.low"]) == [2, 4] and minimal["diversity_star"].notna().all()
-    assert (minimal["success_rate_at_star"] == 1.0).all() and (minimal["success_rate_below_star"] == 0.0).all()
-    assert "diversity_star" in proc.stdout and "report.html" in proc.stdout
+    assert ((minimal["diversity_star_low"] <= minimal["diversity_star"])
+            & (minimal["diversity_star"] <= minimal["diversity_star_high"])).all()
+    assert minimal["finished"].all() and (minimal["seeds"] <= 16).all()  # debug_search's budget.trainings
+    curve = pd.read_csv(out / "success_curve.csv")
+    assert curve.groupby("study")["trained"].sum().tolist() == minimal["seeds"].tolist()
+    assert ((curve["p_low"] <= curve["p"]) & (curve["p"] <= curve["p_high"])).all()
+    assert "K*_q [interval]" in proc.stdout and "report.html" in proc.stdout
     assert "Last result" not in proc.stdout  # the progress view and the table only, no line per Tune trial
     trials = pd.read_csv(out / "trials.csv")
     assert {"study", "task.lengths.low", "candidate", "seed", "state", "ood/acc"} <= set(trials.columns)
@@ -48,13 +54,14 @@ def test_search_writes_its_outputs(reference):
 
 
 def test_search_and_grid_agree_on_the_minimal_width(reference, tmp_path):
-    """The exhaustive grid over the same slices and widths finds the same diversity* as the bisection."""
+    """The grid over the same slices and widths, 4 seeds at every width: the width from which at least half of its
+    seeds pass lies in the search's interval."""
     out, _ = reference
     grid_config = yaml.safe_load((CONFIGS / "debug_search.yaml").read_text())
     search = grid_config.pop("search")
     grid_config["sweep"] = {"axes": [{"key": "task.lengths.low", "values": [2, 4]},
                                      {"key": KEY, "range": [search["knob"]["low"], search["knob"]["high"]]}],
-                            "constraints": search["constraints"], "seeds": search["success"]["seeds"]}
+                            "constraints": search["constraints"], "seeds": [0, 1, 2, 3]}
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid_config))
     proc = headsweep("grid", tmp_path / "grid.yaml", "--out", tmp_path / "grid")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -63,8 +70,9 @@ def test_search_and_grid_agree_on_the_minimal_width(reference, tmp_path):
     for low, rows in grid.groupby("task.lengths.low"):
         pooled = {w: Evidence(successes=int((r["ood/acc"] >= 0.9).sum()), seeds=len(r), evaluations=1)
                   for w, r in rows.groupby(KEY)}
-        star = minimal_value(sorted(pooled), pooled, min_rate=1.0)
-        assert star == minimal.loc[minimal["task.lengths.low"] == low, "diversity_star"].item()
+        star = minimal_value(sorted(pooled), pooled, min_rate=0.5)
+        answer = minimal[minimal["task.lengths.low"] == low].iloc[0]
+        assert star is not None and answer["diversity_star_low"] <= star <= answer["diversity_star_high"]
 
 
 def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_nothing(unguided_search, tmp_path):
@@ -105,11 +113,19 @@ def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_noth
 @pytest.mark.parametrize("args, key", [
     (["search.sampler=annealing"], "search.sampler"),
     (["search.knob.key=task.lengths.wide"], "search.knob.key"),
-    (["search.success.min_seeds=2"], "search.success.min_seeds"),
+    (["search.sampler=bisection", "search.success.min_seeds=2"], "search.success.min_seeds"),
+    (["search.success.seeds=[0,1]"], "search.success.seeds"),  # the threshold sampler draws its own seeds
+    (["search.success.rate=1"], "search.success.rate"),
+    (["search.success.confidence=0"], "search.success.confidence"),
+    (["search.budget.trainings=0"], "search.budget.trainings"),
+    (["search.budget.trainings=4"], "search.budget.trainings"),  # too few to rule a value in or out at q = 1/2
+    (["search.success.rate=0.95"], "search.budget.trainings"),  # 16 trainings cannot show p >= 0.95
+    (["search.resolution=0"], "search.resolution"),
+    (["search.batch=0"], "search.batch"),
     (["search.success.threshold=2"], "search.success.threshold"),  # ood/acc lies in [0, 1]
     (["search.success.metric=ood/accc"], "search.success.metric"),  # no trial reports it: a dry run says so
     (["search.stop.streak=-1"], "search.stop.streak"),
-    (["search.success.seeds=[-1]"], "search.success.seeds"),  # the seed blocks of re-checks need seeds >= 0
+    (["search.sampler=bisection", "search.success.seeds=[-1]"], "search.success.seeds"),  # re-check blocks: >= 0
     (["--extend", "-1"], "--extend"),
     (["--storage", "postgresql://nobody@127.0.0.1:9/none"], "--storage"),
 ])
@@ -122,17 +138,23 @@ def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, 
 
 
 def test_guided_search_and_grid_agree_on_paper_theory_slices(tmp_path):
-    """The paper's own model and settings (configs/paper_theory_search.yaml) on two of its slices, one seed."""
+    """The paper's own model and settings (configs/paper_theory_search.yaml) on two of its slices, one seed: the
+    bisection finds the grid's answer in fewer trainings."""
     overrides = ["search.slices=[{key: task.lengths.low, values: [8, 9]}, {key: task.n_triggers, values: [4]}]",
                  "search.success.seeds=[0]", "search.success.min_seeds=1"]
     config = CONFIGS / "paper_theory_search.yaml"
     answers, counts = {}, {}
-    for sampler, per_round in (("threshold", 1), ("grid", 12)):  # the grid asks every width in one round
+    for sampler, per_round in (("bisection", 1), ("grid", 12)):  # the grid asks every width in one round
         proc = headsweep("search", config, *overrides, f"search.sampler={sampler}", f"search.per_round={per_round}",
                          "--out", tmp_path / sampler)
         assert proc.returncode == 0, proc.stderr[-3000:]
         minimal = pd.read_csv(tmp_path / sampler / "min_diversity.csv")
-        answers[sampler] = list(minimal["diversity_star"])
-        counts[sampler] = minimal["n_trials"].sum()
-    assert answers["threshold"] == answers["grid"] and not pd.isna(answers["grid"]).any()
-    assert counts["threshold"] < counts["grid"]
+        if sampler == "bisection":
+            answers[sampler] = list(minimal["bisection_star"])
+        else:  # the smallest width from which every width's seed passes, from every width's result
+            trials = pd.read_csv(tmp_path / sampler / "trials.csv")
+            answers[sampler] = [minimal_value(sorted(rows[KEY]), {w: Evidence(int(ok), 1, 1) for w, ok in zip(
+                rows[KEY], rows["ood/acc"] >= 0.99)}, 1.0) for _, rows in trials.groupby("task.lengths.low")]
+        counts[sampler] = minimal["seeds"].sum()
+    assert answers["bisection"] == answers["grid"] and not pd.isna(answers["grid"]).any()
+    assert counts["bisection"] < counts["grid"]

@@ -4,6 +4,8 @@ the report's gallery escapes its captions."""
 import io
 
 import numpy as np
+import pandas as pd
+import pytest
 from PIL import Image
 
 from dashboards.html import gallery
@@ -168,3 +170,138 @@ def test_heatmap_image_colours_cells_blanks_nan_marks_and_flips():
     assert tuple(image[0, 0]) != tuple(image[0, 6]) != tuple(image[6, 6])  # 0, 1 and 0.5 get different colours
     assert np.array_equal(figures.heatmap_image(np.eye(2), 0, 1, flip=True, cell=1),
                           figures.heatmap_image(np.eye(2), 0, 1, cell=1)[::-1])
+
+
+# --- a threshold search's answer with its interval (sweep/search/tables.py::min_diversity_rows) ---------------------
+
+KNOB, LOW, N_TRG = "task.lengths.width", "task.lengths.low", "task.n_triggers"
+NAN = float("nan")
+# (low, n_triggers): diversity* and its interval, finished; NaN = blank in min_diversity.csv (past the widest value)
+ANSWERS = {(2, 2): (3, 2, 4, True),  # settled
+           (4, 2): (5, 4, NAN, False),  # the interval reaches past the widest value (6); not finished
+           (2, 4): (NAN, 6, NAN, True),  # the median is past the widest value, the interval starts at it
+           (4, 4): (NAN, NAN, NAN, False)}  # every value tried is ruled out
+
+
+def search_tables() -> tuple:
+    """min_diversity.csv and success_curve.csv of a search over widths 1..6 in four slices (ANSWERS); R of a width
+    is 1 / width here, so R falls as the width grows and R_high comes from the interval's low end."""
+    minimal, curve = [], []
+    r = lambda width: 1.0 / width if width == width else NAN
+    for (low, n), (star, star_low, star_high, finished) in ANSWERS.items():
+        study = f"s.low={low},n={n}"
+        minimal.append({LOW: low, N_TRG: n, "diversity_star": star, "diversity_star_low": star_low,
+                        "diversity_star_high": star_high, "data/max_sum_ratio": r(star),
+                        "data/max_sum_ratio_low": r(star_high), "data/max_sum_ratio_high": r(star_low),
+                        "widest_tried": 6, "seeds": 9, "finished": finished, "study": study})
+        for width in range(1, 7):
+            trained = width % 3  # 0, 1 or 2 seeds: some values never trained
+            passes = star == star and width >= star
+            curve.append({"study": study, LOW: low, N_TRG: n, KNOB: width, "data/max_sum_ratio": r(width),
+                          "trained": trained, "passed": trained if passes else 0, "p": 0.8 if passes else 0.2,
+                          "p_low": 0.6 if passes else 0.05, "p_high": 0.95 if passes else 0.4})
+    return pd.DataFrame(minimal), pd.DataFrame(curve)
+
+
+def labelled(ax, label: str) -> list:
+    return [a for a in (*ax.lines, *ax.collections, *ax.patches) if a.get_label() == label]
+
+
+def arrows(ax) -> list:
+    return [t for t in ax.texts if getattr(t, "arrow_patch", None) is not None]
+
+
+def test_success_curves_show_p_with_its_band_the_seeds_q_and_k_star_with_its_interval():
+    minimal, curve = search_tables()
+    figure = figures.success_curves(curve, minimal, [LOW, N_TRG], KNOB, q=0.5, confidence=0.95)
+    panels = {ax.get_title(): ax for ax in figure.axes}
+    assert len(panels) == 4  # columns: low; rows: n_triggers
+    settled = panels["low=2, n_triggers=2\nK* = 3 [2, 4]"]
+    [band] = labelled(settled, "p: 95% interval")
+    assert band.get_paths()[0].vertices[:, 1].min() == pytest.approx(0.05)
+    [dots] = labelled(settled, "passed / trained (area: seeds)")
+    curve_of = curve[curve["study"] == "s.low=2,n=2"]
+    trained = curve_of[curve_of["trained"] > 0]
+    assert np.array_equal(dots.get_offsets()[:, 0], trained[KNOB])  # none where nothing was trained
+    assert np.array_equal(dots.get_offsets()[:, 1], trained["passed"] / trained["trained"])
+    sizes = dict(zip(trained["trained"], dots.get_sizes()))
+    assert sizes[2] > sizes[1]  # more seeds, a bigger dot
+    [q] = labelled(settled, "q = 0.5")
+    assert list(q.get_ydata()) == [0.5, 0.5] and q.get_linestyle() == "--"
+    [span] = labelled(settled, "K*: 95% interval")
+    assert (span.get_x(), span.get_x() + span.get_width()) == (1.5, 4.5)  # widths 2 to 4, to the cells' edges
+    [star] = labelled(settled, "K*")
+    assert (star.get_xdata()[0], star.get_ydata()[0]) == (3, 0.5)
+    assert all(tick <= 6 for tick in settled.get_xticks())  # no knob value is named in the "beyond" strip
+    # an open end runs to the right edge, through the "beyond" strip; not finished: said in the title, in orange
+    open_high = panels["low=4, n_triggers=2\nK* = 5 [4, beyond] (not finished)"]
+    [span] = labelled(open_high, "K*: 95% interval")
+    assert span.get_x() == 3.5 and span.get_x() + span.get_width() == open_high.get_xlim()[1]
+    assert open_high.title.get_color() == figures.OPEN_COLOUR
+    past = panels["low=2, n_triggers=4\nK* = \u2013 [6, beyond]"]
+    assert labelled(past, "K* past the widest value") and not labelled(past, "K*")
+    ruled_out = panels["low=4, n_triggers=4\nK* = \u2013 (not finished)"]
+    [span] = labelled(ruled_out, "K*: 95% interval")
+    assert span.get_x() == 6.5  # only the "beyond" strip
+    assert_not_flat(pixels(figure))
+
+
+def test_success_curves_of_a_search_without_slices_have_one_panel_named_by_its_study():
+    minimal, curve = search_tables()
+    one = minimal.iloc[[0]].drop(columns=[LOW, N_TRG])
+    figure = figures.success_curves(curve[curve["study"] == one["study"].iloc[0]], one, [], KNOB, q=0.5)
+    assert [ax.get_title() for ax in figure.axes] == ["s.low=2,n=2\nK* = 3 [2, 4]"]
+    assert labelled(figure.axes[0], "K*: interval")
+
+
+def test_threshold_draws_each_interval_with_arrows_on_open_sides_and_hollow_markers_past_the_widest_value():
+    minimal, _ = search_tables()
+    figure = figures.threshold(minimal, [LOW, N_TRG], "data/max_sum_ratio", [0.5, 0.5, 0.25, 0.25])
+    ax = figure.axes[0]
+    bars = [line for line in ax.lines if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1]
+            and line.get_linestyle() == "-"]
+    spans = sorted(tuple(sorted(line.get_ydata())) for line in bars)
+    assert (pytest.approx(1 / 4), pytest.approx(1 / 2)) in spans  # settled: R from K = 4 up to K = 2
+    assert (pytest.approx(1 / 5), pytest.approx(1 / 4)) in spans  # open below: from R* up to R at K = 4
+    hollow = [line for line in ax.lines if line.get_markerfacecolor() == "white"]
+    assert [line.get_ydata()[0] for line in hollow] == [pytest.approx(1 / 6)]  # K* past 6: R* below R at 6
+    assert len(arrows(ax)) == 2  # down from the open-high slice's point and from the hollow marker
+    assert all(a.xyann[1] < 0 for a in arrows(ax))  # R falls as K grows: an open K side is open downwards in R
+    assert labelled(ax, "not finished") and "1 slice(s) with no bound" in ax.get_title()
+    assert_not_flat(pixels(figure))
+
+
+def test_search_traces_bracket_each_interval_and_run_open_ends_to_the_top():
+    minimal, _ = search_tables()
+    finished = pd.DataFrame([{LOW: low, N_TRG: n, KNOB: width, "candidate": width, "optuna_trial": t,
+                              "ood/acc": float(width >= 3)}
+                             for t, (low, n, width) in enumerate((l, n, w) for l in (2, 4) for n in (2, 4)
+                                                                 for w in (1, 3, 6))])
+    figure = figures.phase_diagram(finished, LOW, KNOB, "ood/acc", panels=[N_TRG])
+    figures.search_traces(figure, finished, minimal, [LOW, N_TRG], KNOB)
+    first, second = figure.axes[:2]  # n_triggers = 2, 4; rows: widths 1, 3, 6 at y = 0, 1, 2
+    brackets = [line for line in first.lines if line.get_color() == "red" and len(line.get_xdata()) >= 2]
+    settled = next(line for line in brackets if line.get_xdata()[1] < 1)  # column 0: low = 2
+    assert min(settled.get_ydata()) == pytest.approx(0.5 - 0.4)  # width 2: between the cells of 1 and 3
+    assert max(settled.get_ydata()) == pytest.approx(1 + 1 / 3 + 0.4)  # width 4: a third of the way from 3 to 6
+    assert len(arrows(first)) == 1 and len(arrows(second)) == 2  # open high ends: run to the top with an arrow
+    stars = [(line.get_xdata()[0], line.get_ydata()[0]) for line in first.lines if line.get_marker() == "*"]
+    assert stars == [(0, 1)]  # low = 2 at width 3; low = 4's diversity* (5) was never evaluated, so no cell to star
+
+
+def test_thresholds_against_theory_draw_the_measured_intervals_and_keep_the_bound_hollow():
+    points = pd.DataFrame({"search": ["a", "a", "a"], "slice": ["low=2", "low=4", "low=6"], "theory": [0.5] * 3,
+                           "measured": [0.3, 0.25, NAN], "measured_low": [0.27, NAN, NAN],
+                           "measured_high": [0.36, 0.28, 0.22], "finished": [True, False, True],
+                           "bound": [NAN, NAN, 0.22], "fitted_at_widest": [NAN, NAN, 1.0]})
+    figure = figures.thresholds_against_theory(points, "data/max_sum_ratio")
+    ax = figure.axes[0]
+    bars = sorted(tuple(line.get_ydata()) for line in ax.lines
+                  if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1])
+    assert bars == [(0.25, 0.28), (0.27, 0.36)]  # (the second slice's bar: from its point up to its bounded end)
+    assert len(arrows(ax)) == 1 and arrows(ax)[0].xyann[1] < 0  # open below
+    hollow = [c for c in ax.collections if "bound on it" in c.get_label()]
+    assert len(hollow) == 1 and list(hollow[0].get_offsets()[:, 1]) == [0.22]
+    assert labelled(ax, "not finished: the answer may still move")
+    assert "100%" in [t.get_text() for t in ax.texts]
+    assert_not_flat(pixels(figure))

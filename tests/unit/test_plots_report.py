@@ -182,3 +182,133 @@ def test_the_gallery_spreads_over_diversity_or_else_over_the_first_axis(tmp_path
     chosen, said = _spread(varied, task)
     ratios = [json.loads((t / "metrics.jsonl").read_text())["data/max_sum_ratio"] for t in chosen]
     assert ratios[0] == 0.1 and ratios[-1] == 0.9 and len(ratios) == 4 and said == "from most to least diverse"
+
+
+def search_of_decided_candidates(out) -> None:
+    """A threshold search's output dir as its trials leave it: at each of two widths, seed 0 of the one-step model
+    trains and fails (2 of 2 seeds needed), so seed 1 stops before its first step (trainables/verdicts.py), then
+    trials.csv merges each trial's result.json (sweep/search/tables.py::trial_rows)."""
+    from tests.conftest import CONFIGS
+    from trainables import config
+    from trainables.io import read_json
+    from trainables.logger import trial_logger
+    from trainables.train import save, train_members
+    from trainables.verdicts import Rule, Verdicts
+
+    base = config.load(CONFIGS / "debug_search.yaml")
+    (out / "trials").mkdir(parents=True)
+    (out / "config.yaml").write_text(config.to_yaml(base))
+    rows = []
+    for width in (1, 5):
+        rule = Rule("ood/acc", 2.0, True, 0, f"width={width}", needed=2, size=2)
+        verdicts = Verdicts({0: rule, 1: rule})
+        for seed in (0, 1):
+            cfg = config.with_point(config.to_dict(base), {"task.lengths.width": width, "seed": seed})
+            trial = out / "trials" / f"width={width},seed={seed}"
+            trial.mkdir()
+            (trial / "config.yaml").write_text(config.to_yaml(cfg))
+            with trial_logger(cfg, trial) as logger:
+                [result] = train_members([cfg], [logger], [None], verdicts=verdicts.of([seed]))
+            save(result, trial)
+            rows.append({"task.lengths.width": width, "seed": seed} | read_json(trial / "result.json"))
+    pd.DataFrame(rows).to_csv(out / "trials.csv", index=False)
+
+
+def test_a_seed_never_trained_is_blank_in_the_results_and_absent_from_the_gallery(tmp_path):
+    """A seed stopped before its first step was never measured: the results table leaves its metrics blank (not
+    0.000, which would read as a trained seed that failed) and the attention gallery neither shows nor counts it."""
+    import re
+
+    from dashboards.html import MISSING
+    from dashboards.report import build
+
+    search_of_decided_candidates(tmp_path)
+    page = build(tmp_path).read_text()
+    results = page[page.index("<h2>Results (one row per trial)</h2>"):]
+    header = re.findall(r"<th>(.*?)</th>", results[:results.index("</thead>")])
+    rows = [dict(zip(header, re.findall(r"<td[^>]*>(.*?)</td>", row))) for row in re.findall(r"<tr>(.*?)</tr>", results)]
+    untrained = [row for row in rows if row.get("status") == "verdict_known"]
+    assert len(untrained) == 2 and all(row["steps"] == "0" for row in untrained)
+    assert all(row[metric] == MISSING for row in untrained for metric in ("ood/acc", "id/acc", "mech/induction_score"))
+    assert all(row["data/max_sum_ratio"] != MISSING for row in untrained)  # known before training
+    assert all(row["ood/acc"] != MISSING for row in rows if row.get("status") == "completed")
+    gallery_html = page[page.index("<h2>Attention gallery"):page.index("<h2>Results")]
+    assert "2 of 2 trials" in gallery_html and "seed=1" not in gallery_html
+    assert "width=1,seed=0" in gallery_html and "width=5,seed=0" in gallery_html
+
+
+def threshold_search_dir(out, answers: dict) -> None:
+    """A threshold search's output dir (debug_search.yaml: widths 1..5 over l_min in {2, 4}) with min_diversity.csv,
+    success_curve.csv and trials.csv; answers: l_min -> (diversity*, its interval's low, high, finished), NaN for a
+    blank (past the widest value)."""
+    from sweep.search.config import load_search
+    from tests.conftest import CONFIGS
+    from trainables import config
+
+    base, search = load_search(CONFIGS / "debug_search.yaml", [])
+    out.mkdir(exist_ok=True)
+    (out / "config.yaml").write_text(config.to_yaml(base, search=search))
+    r = lambda low, width: max_sum_ratio(low, low + int(width) - 1) if width == width else float("nan")
+    minimal, curve, trials = [], [], []
+    for low, (star, star_low, star_high, finished) in answers.items():
+        study = f"debug_search.low={low}"
+        minimal.append({LOW: low, "diversity_star": star, "diversity_star_low": star_low,
+                        "diversity_star_high": star_high, "data/max_sum_ratio": r(low, star),
+                        "data/max_sum_ratio_low": r(low, star_high), "data/max_sum_ratio_high": r(low, star_low),
+                        "widest_tried": 5, "p_at_widest": 0.7, "p_at_widest_low": 0.4, "p_at_widest_high": 0.95,
+                        "seeds": 6, "finished": finished, "study": study})
+        for width in range(1, 6):
+            passes = star == star and width >= star
+            trained = 2 if width in (1, 3, 5) else 0
+            curve.append({"study": study, LOW: low, "task.lengths.width": width, "data/max_sum_ratio": r(low, width),
+                          "trained": trained, "passed": trained if passes else 0, "p": 0.8 if passes else 0.2,
+                          "p_low": 0.5 if passes else 0.01, "p_high": 0.99 if passes else 0.5})
+            trials += [{"study": study, LOW: low, "task.lengths.width": width, "seed": seed, "candidate": width,
+                        "state": "COMPLETE", "optuna_trial": width, "feasible": passes, "ood/acc": float(passes),
+                        "data/max_sum_ratio": r(low, width), "status": "completed"}
+                       for seed in range(trained)]
+    pd.DataFrame(minimal).to_csv(out / "min_diversity.csv", index=False)
+    pd.DataFrame(curve).to_csv(out / "success_curve.csv", index=False)
+    pd.DataFrame(trials).to_csv(out / "trials.csv", index=False)
+
+
+def test_a_threshold_search_report_shows_each_answer_with_its_interval_and_names_the_slices_not_finished(tmp_path):
+    import re
+
+    from dashboards.report import build
+
+    nan = float("nan")
+    threshold_search_dir(tmp_path / "open", {2: (3, 3, 4, True), 4: (nan, 5, nan, False)})
+    page = build(tmp_path / "open").read_text()
+    headings = re.findall(r"<h2>(.*?)</h2>", page)
+    search = [h for h in headings if not h.startswith(("Summary", "Final metrics", "Results", "Config"))]
+    assert [h.split(":")[0].split(" (")[0] for h in search] == [
+        "Minimal diversity for OOD generalization", "Success curves", "Search traces over the points they evaluated",
+        "Measured threshold", "Success curves"]  # the figure, then (after the figures) the table
+    answers = page[page.index("<h2>Minimal diversity"):page.index("<h2>Success curves")]
+    assert "Not finished: low=4: the answer may still move." in answers and "low=2" not in answers.split("</p>")[0]
+    assert "q = 0.5" in answers and "95% interval" in answers  # the legend reads config.yaml's search.success
+    for column in ("diversity_star_low", "diversity_star_high", "data/max_sum_ratio_low", "widest_tried",
+                   "p_at_widest_high", "seeds", "finished"):
+        assert f"<th>{column}</th>" in answers
+    curve_table = page[page.rindex("<h2>Success curves"):]
+    assert "<th>p_low</th>" in curve_table and "<th>trained</th>" in curve_table
+    figures_part = page[page.index("<h2>Success curves"):page.rindex("<h2>Success curves")]
+    assert figures_part.count("data:image/png;base64,") == 3 and "not drawn" not in page
+
+    threshold_search_dir(tmp_path / "settled", {2: (3, 3, 4, True), 4: (4, 3, 5, True)})
+    assert "Not finished" not in build(tmp_path / "settled").read_text()
+
+
+def test_a_threshold_search_report_from_before_the_intervals_still_shows_its_table_and_traces(tmp_path):
+    """An older min_diversity.csv (no interval columns, no `finished`) and no success_curve.csv."""
+    from dashboards.report import build
+
+    out = tmp_path / "old"
+    threshold_search_dir(out, {2: (3, 3, 4, True), 4: (4, 3, 5, True)})
+    (out / "success_curve.csv").unlink()
+    minimal = pd.read_csv(out / "min_diversity.csv")
+    minimal[[LOW, "diversity_star", "data/max_sum_ratio", "study"]].to_csv(out / "min_diversity.csv", index=False)
+    page = build(out).read_text()
+    assert "<h2>Minimal diversity" in page and "<h2>Search traces" in page and "<h2>Measured threshold" in page
+    assert "Success curves" not in page and "Not finished" not in page and "not drawn" not in page

@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/headsweep train configs/paper_theory.yaml task.lengths.low=3 task.lengths.high=15 --out runs/demo/wide
 	@echo "Same model, narrow lengths Unif{14..15}: expect ood/acc far below 1 (positional shortcut)"
 	$(BIN)/headsweep train configs/paper_theory.yaml task.lengths.low=14 task.lengths.high=15 --out runs/demo/narrow
-	@echo "The main job: per (l_min, N_trg), the smallest width K of Unif{l_min..l_min+K-1} that generalizes OOD"
+	@echo "The main job: per (l_min, N_trg), the smallest width K of Unif{l_min..l_min+K-1} at which a seed generalizes OOD with probability >= 1/2, with its 95% interval"
 	$(BIN)/headsweep search configs/quickstart.yaml --out runs/quickstart
 
 # The worked plugin example, installed as a user installs a plugin package (again whenever its files change).
@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/grid.py
 	$(BIN)/python bench/main_job.py
 	$(BIN)/python bench/search.py configs/quickstart.yaml configs/paper_theory_search.yaml
+	$(BIN)/python bench/calibration.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -128,7 +128,8 @@ def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
 
 
 def _require_valid(base: config.Config, search: SearchConfig) -> None:
-    success, knob, tpe, threshold = search.success, search.knob, search.sampler == "tpe", search.sampler == "threshold"
+    success, knob = search.success, search.knob
+    tpe, threshold = search.sampler == "tpe", search.sampler == "threshold"
     default = SuccessConfig()
     is_key = lambda key: config.select(base, key) is not config.MISSING
     slice_keys = [axis.key for axis in search.slices]
@@ -178,7 +179,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ]
     checks += [(f"search.reference.{key}", is_key(key), "is not a key of the trial config") for key in search.reference]
     require(*checks)
-    if threshold and success.confidence < 1 and 0 < success.rate < 1:
+    if threshold:  # rate and confidence are valid here
         needed = seeds_to_decide(success.rate, success.confidence)
         require(("search.budget.trainings", search.budget.trainings >= needed,
                  f"{search.budget.trainings} cannot decide search.success.rate {success.rate:g} at confidence "

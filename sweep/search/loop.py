@@ -58,20 +58,22 @@ def decides_by_candidate(search: SearchConfig) -> bool:
 
 
 def seeds_for(study: optuna.Study, search: SearchConfig, trial: optuna.Trial, first: int) -> list[int]:
-    """The seeds of a new evaluation, counted from `first` (the config's seed), fresh for each re-evaluation of a
-    candidate: for the threshold sampler the next search.batch seeds of this knob value (fewer if the budget is
-    nearly spent); for the others block k of the seed list, shifted past every earlier block. Earlier evaluations
-    (completed, or running: asked earlier this round) by trial number, so a trial asked at the same moment by another
-    driver never shifts this one's seeds."""
+    """The seeds of a new evaluation, counted from `first` (the config's seed). For the threshold sampler the slice's
+    next search.batch seeds (fewer if the budget is nearly spent): no seed number is trained at two knob values of a
+    slice, so the values' outcomes are independent draws, as the estimate assumes (a seed that stalls at one width
+    would otherwise tend to stall at the next, its data drawn from the same stream). For the others, block k of the
+    seed list, shifted past every earlier block of the candidate. Earlier evaluations (completed, or running: asked
+    earlier this round) by trial number, so a trial asked at the same moment by another driver never shifts this
+    one's seeds."""
     trials = study.get_trials(deepcopy=False)
-    earlier = [t for t in trials if t.params == trial.params and t.number < trial.number
-               and t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
+    earlier = [t for t in trials if t.number < trial.number and t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
     if not decides_by_candidate(search):
         taken = sum(len(t.user_attrs.get("seed_list", ())) for t in earlier)
         count = min(search.batch, study.sampler.seeds_left([t for t in trials if t.number != trial.number]))
         return [first + taken + i for i in range(count)]
     stride = max(search.success.seeds) + 1
-    return [first + seed + len(earlier) * stride for seed in search.success.seeds]
+    repeats = sum(t.params == trial.params for t in earlier)
+    return [first + seed + repeats * stride for seed in search.success.seeds]
 
 
 def verdict_rule(search: SearchConfig, first: int = 0):
@@ -130,10 +132,11 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
 
     extend adds that many completed trials to each slice's budget (seed trainings for the threshold sampler) and to
     the total, beyond what is done already; a converged bisection or grid study has nothing left to ask, so extending
-    it changes nothing, and neither does extending a threshold study whose interval is already narrow enough. The reference
-    points (if any) train in the first round. With a guide, verdicts flow between studies round by round, so a
-    driver killed mid-round must not let a resumed search mix rounds: each round's studies are written down before
-    they ask (ROUND_PLAN), and a resumed search first re-runs the interrupted round for those that were not told.
+    it changes nothing, and neither does extending a threshold study whose interval is already narrow enough (a
+    smaller search.resolution asks for more). The reference points (if any) train in the first round. With a guide,
+    verdicts flow between studies round by round, so a driver killed mid-round must not let a resumed search mix
+    rounds: each round's studies are written down before they ask (ROUND_PLAN), and a resumed search first re-runs
+    the interrupted round for those that were not told.
     """
     budgets = {}
     for sl in all_slices:
@@ -295,6 +298,10 @@ def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base
         study.tell(trial, state=TrialState.PRUNED)
         return []
     seeds = seeds_for(study, search, trial, base_dict["seed"])
+    if not seeds:  # another driver spent the slice's last trainings since this one looked
+        trial.set_user_attr("failed_because", "the slice's budget of seed trainings is spent")
+        study.tell(trial, state=TrialState.FAIL)
+        return []
     trial.set_user_attr("seed_list", seeds)  # before training: a failed evaluation still lists its trials
     return [(study, trial, [point | {"seed": s} for s in seeds])]
 

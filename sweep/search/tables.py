@@ -61,10 +61,11 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
 
     One row per slice: K*_q (`diversity_star`, blank where the posterior median is past the slice's widest knob
     value) and its interval [`diversity_star_low`, `diversity_star_high`] (high blank: the interval reaches past the
-    widest knob value, i.e. it may be that no value reaches q; low blank too: the evidence puts K* past it), the task's diversity measure (trigger copy: R) at K*_q and at
-    the interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side), p at the widest value
-    tried with its interval, the seeds behind the answer, and whether the slice is finished (False: a search stopped
-    before the slice's interval was narrow enough or its budget spent; its answer may still move).
+    widest knob value, i.e. it may be that no value reaches q; low blank too: the evidence puts K* past it); the
+    task's diversity measure (trigger copy: R) at K*_q and at the interval's ends, ordered so that `_low` <= `_high`
+    (blank: unbounded on that side); p at the widest value tried with its interval; the seeds behind the answer; and
+    whether the slice is finished (False: a search stopped before the slice's interval was narrow enough or its
+    budget spent; its answer may still move).
     One curve row per (slice, knob value): seeds trained and passed there, and p with its interval under the model."""
     success, knob = search.success, search.knob.key
     axis, base_dict = task_of(base).diversity_axis, config.to_dict(base)
@@ -119,6 +120,8 @@ def for_terminal(table: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.Da
     shown["p at widest [interval]"] = table.apply(
         lambda row: "-" if pd.isna(row["p_at_widest"]) else
         f"{row['p_at_widest']:.2f} [{row['p_at_widest_low']:.2f}, {row['p_at_widest_high']:.2f}]", axis=1)
+    if "bisection_star" in table:  # the all-pass protocol's own answer (search.sampler=bisection)
+        shown["bisection"] = table["bisection_star"].map(lambda x: "-" if pd.isna(x) else f"{x:g}")
     shown["finished"] = table["finished"].map(lambda done: "yes" if done else "no (open)")
     return shown
 

@@ -33,7 +33,8 @@ TINY_SEARCH = TINY_GRID.replace("name: tiny_pe_grid", "name: tiny_outputs_search
 search:
   knob: {key: task.n_train_outputs, low: 20, high: 40}
   success: {threshold: 0.01, seeds: [0]}
-  budget: {per_slice: 2}
+  batch: 1
+  budget: {trainings: 5}   # the threshold sampler: the fewest that can rule a value in or out
 """
 
 

@@ -30,7 +30,8 @@ TINY_SEARCH = TINY_GRID.replace("name: tiny_markov_grid", "name: tiny_markov_sea
 search:
   knob: {key: task.pool_size, values: [1, 0]}   # one table, then a fresh table per sequence (more diverse)
   success: {threshold: 0.5, seeds: [0]}   # ood/gap <= 0.5 nats
-  budget: {per_slice: 2}
+  batch: 1
+  budget: {trainings: 5}   # the threshold sampler: the fewest that can rule a value in or out
 """
 
 

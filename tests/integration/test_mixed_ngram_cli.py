@@ -29,7 +29,8 @@ TINY_SEARCH = TINY_GRID.replace("name: tiny_mixed_grid", "name: tiny_alpha_searc
 search:
   knob: {key: task.alpha, values: [0.2, 0.8]}
   success: {threshold: 0.01, seeds: [0]}
-  budget: {per_slice: 2}
+  batch: 1
+  budget: {trainings: 5}   # the threshold sampler: the fewest that can rule a value in or out
 """
 
 

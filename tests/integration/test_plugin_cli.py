@@ -1,7 +1,7 @@
 """A task and a model written outside headsweep, through the unchanged CLI: named by module path (tests/plugins/,
 importable from the directory the tests run in, as a researcher's folder next to their config is), and installed
 as a package the way docs/EXTENDING.md says, found through its entry point. Grid (packed, resumed, W&B offline),
-the three search samplers, report, compare, dashboard, list, and a plugin that raises inside one trial."""
+the four search samplers, report, compare, dashboard, list, and a plugin that raises inside one trial."""
 import json
 import re
 import shutil
@@ -29,7 +29,7 @@ search:
   knob: {{key: task.n_train_strings, values: [2, 8, 32]}}
   sampler: {sampler}
   success: {{threshold: 0.5, seeds: [0]}}
-  budget: {{per_slice: 3}}
+  budget: {{per_slice: 3, trainings: 6}}   # evaluations (bisection, tpe, grid); seed trainings (threshold)
 """
 
 
@@ -65,7 +65,7 @@ sweep:
     assert pd.read_csv(out / "results.csv")["seconds"].tolist() == frame["seconds"].tolist()
 
 
-@pytest.mark.parametrize("sampler", ["threshold", "tpe", "grid"])
+@pytest.mark.parametrize("sampler", ["threshold", "bisection", "tpe", "grid"])
 def test_every_search_sampler_searches_a_plugins_knob(tmp_path, sampler):
     config = write(tmp_path, "search", BASE.format(name=f"plugin_{sampler}", wandb="false")
                    + SEARCH.format(sampler=sampler))

@@ -71,7 +71,8 @@ def log_search(out: str | Path) -> Path | None:
 
 def summary(minimal: pd.DataFrame, slice_keys: list[str]) -> dict:
     """Per slice of min_diversity.csv: `star/<slice>`, `star_low/<slice>`, `star_high/<slice>` (the knob value; None
-    where blank), `finished/<slice>` and `seeds/<slice>`; <slice> as the study names it after its prefix ("key=value,..." of the slice; "all" without slices)."""
+    where blank), `finished/<slice>` and `seeds/<slice>`; <slice> as the study names it after its prefix
+    ("key=value,..." of the slice; "all" without slices)."""
     plain = lambda value: None if pd.isna(value) else value.item() if hasattr(value, "item") else value
     values = {}
     for _, row in minimal.iterrows():

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dashboards.html import Section, gallery, write_report
+from dashboards.html import Section, gallery, render_table, write_report
 from trainables import config, figures, readouts
 from trainables.errors import ConfigError
 from trainables.io import FINISHED, atomic_write, parse_shape, read_json, read_jsonl
@@ -141,8 +141,6 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
     """min_diversity.csv (each slice's K*_q with its interval, a note naming the slices not finished), the success
     curves behind it (success_curve.csv, drawn and as a table), the search's traces over the phase diagram of what it
     evaluated, and the diversity measure at diversity* per slice, with its interval, beside the theory's value."""
-    from dashboards.html import render_table  # (belongs with the imports above; kept here while others edit them)
-
     search = cfg.get("search") or {}
     minimal = pd.read_csv(out / "min_diversity.csv")
     success = search.get("success") or {}

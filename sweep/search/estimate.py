@@ -45,10 +45,6 @@ class Estimate:
     low: int  # interval: the smallest index not ruled out below (m: every value tried is ruled out)
     high: int  # interval: the largest index not ruled out above (m: "none" is not ruled out, an open interval)
 
-    @property
-    def m(self) -> int:
-        return len(self.posterior) - 1
-
     def width(self) -> int:
         """high - low in knob steps, "none" counting as one step past the widest value."""
         return self.high - self.low

@@ -8,9 +8,11 @@ to the smallest expected entropy of K*, which probes where the posterior is most
 the one-step look-ahead of level-set estimation (Letham et al., AISTATS 2022) and of probabilistic bisection, which
 queries the posterior median (Waeber, Frazier & Henderson 2013), on the model of estimate.py.
 
-Other slices' verdicts (search.guide) enter as pseudo-observations in the predictive probabilities only: they say
-which outcomes to expect, so the first probes go where the other slices put the boundary, but the interval a probe
-is scored by, and the answer, rest on this slice's own seeds.
+Other slices' verdicts (search.guide) enter as pseudo-observations (one seed per value, passing where they predict
+success): the look-ahead runs on the slice's seeds plus them, so the first probes go where the other slices put the
+boundary. They enter the predictive probabilities and the look-ahead's posteriors alike: weighing outcomes by one
+model and scoring them by another can make the least informative probe look best. Whether a slice is finished, and
+its answer, rest on its own seeds only (bisection.ThresholdSampler).
 """
 from __future__ import annotations
 
@@ -37,10 +39,9 @@ def predictive(passed: np.ndarray, trained: np.ndarray, batch: int, q: float) ->
     return probs / probs.sum(axis=1, keepdims=True)
 
 
-def choose(passed, trained, batch: int, q: float, confidence: float,
-           guide_passed=None, guide_trained=None) -> int:
-    """The index of the knob value to train `batch` more seeds at. guide_*: pseudo-counts from other slices (added
-    to this slice's counts for the predictive probabilities only)."""
+def choose(passed, trained, batch: int, q: float, confidence: float) -> int:
+    """The index of the knob value to train `batch` more seeds at, from seeds passed / trained at each value (with a
+    guide's pseudo-counts, if any)."""
     passed, trained = np.asarray(passed, float), np.asarray(trained, float)
     m, outcomes = len(passed), np.arange(batch + 1, dtype=float)
     below, above = estimate.log_sides(passed, trained - passed, q)  # (m,)
@@ -54,9 +55,7 @@ def choose(passed, trained, batch: int, q: float, confidence: float,
     sides_above[probed, :, probed] = after_above
     after = estimate.from_sides(sides_below, sides_above)  # (m, batch + 1, m + 1)
     _, low, high = estimate.bounds(after, confidence)  # (m, batch + 1)
-    seen_passed = passed + (np.asarray(guide_passed, float) if guide_passed is not None else 0.0)
-    seen_trained = trained + (np.asarray(guide_trained, float) if guide_trained is not None else 0.0)
-    chances = predictive(seen_passed, seen_trained, batch, q)  # (m, batch + 1)
+    chances = predictive(passed, trained, batch, q)  # (m, batch + 1)
     width = (chances * (high - low)).sum(axis=1).round(9)
     entropy = (chances * estimate.entropy(after)).sum(axis=1).round(9)
     return int(np.lexsort((probed, width, entropy))[0])  # least entropy, then width, then the narrowest value

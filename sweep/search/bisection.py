@@ -191,11 +191,11 @@ class ThresholdSampler(_OneKnobSampler):
         trials = study.get_trials(deepcopy=False)
         left = self.seeds_left(trials)
         passed, trained = counts(self.values, evidence(trials, self.key))
-        if not left or estimate.fit(passed, trained, self.min_rate, self.confidence).width() <= self.resolution:
+        if not left or estimate.fit(passed, trained, self.min_rate, self.confidence).settled(self.resolution):
             return None
         guide = {v: verdict for v, verdict in (self.predicted or {}).items() if v in self.values}
-        guide_passed = [float(guide.get(v) is True) for v in self.values]
-        guide_trained = [float(v in guide) for v in self.values]
-        index = allocation.choose(passed, trained, min(self.batch, left), self.min_rate, self.confidence,
-                                  guide_passed, guide_trained)
+        guide_passed = np.array([float(guide.get(v) is True) for v in self.values])
+        guide_trained = np.array([float(v in guide) for v in self.values])
+        index = allocation.choose(passed + guide_passed, trained + guide_trained, min(self.batch, left),
+                                  self.min_rate, self.confidence)
         return self.values[index]

@@ -49,6 +49,13 @@ class Estimate:
         """high - low in knob steps, "none" counting as one step past the widest value."""
         return self.high - self.low
 
+    def settled(self, resolution: float) -> bool:
+        """The interval is as narrow as `resolution` knob steps. One that reaches past the widest value is settled
+        only once it lies wholly past it (no value reaches q): "K* is the widest value or none" is still open,
+        and with a single value it is where every slice starts."""
+        none = len(self.posterior) - 1
+        return self.low == none or (self.high < none and self.width() <= resolution)
+
     def p_at_least(self) -> np.ndarray:
         """(m,) P(p_i >= q | data) = P(K* <= i | data)."""
         return np.cumsum(self.posterior)[:-1]

@@ -134,7 +134,7 @@ def finished(study, search: SearchConfig, fit: estimate.Estimate) -> bool:
     if any(t.state.name == "RUNNING" for t in trials):
         return False
     if search.sampler == "threshold":
-        return fit.width() <= search.resolution or not study.sampler.seeds_left(trials)
+        return fit.settled(search.resolution) or not study.sampler.seeds_left(trials)
     return not loop.wants_more(study, search, search.budget.per_slice)
 
 

@@ -1,10 +1,11 @@
 """The threshold search's estimate (sweep/search/estimate.py), its allocation (allocation.py) and its calibration
 over repeated experiments on known success curves (bench/calibration.py, the same code the benchmark runs)."""
 import numpy as np
+import optuna
 import pytest
 
 from bench import calibration
-from sweep.search import allocation, estimate
+from sweep.search import allocation, bisection, estimate
 from sweep.search.config import load_search
 from tests.conftest import CONFIGS
 from trainables.errors import ConfigError
@@ -75,7 +76,22 @@ def test_the_first_probe_is_the_middle_and_a_guide_moves_it_to_the_predicted_bou
     assert allocation.choose(*counts(), 2, 0.5, 0.95) in (3, 4)
     guide_passed = np.array([0, 0, 0, 0, 0, 0, 1, 1], float)  # other slices: fail up to index 5, pass from 6
     guide_trained = np.ones(M)
-    assert allocation.choose(*counts(), 2, 0.5, 0.95, guide_passed, guide_trained) in (5, 6)
+    assert allocation.choose(guide_passed, guide_trained, 2, 0.5, 0.95) in (5, 6)
+
+
+def test_a_guide_that_predicts_success_where_seeds_fail_does_not_stall_the_search():
+    """Every seed failed at the two widest values, the guide predicting success at the widest: the next probe is the
+    widest value, which decides "widest or none" (weighing outcomes with the guide and scoring them without it made
+    the least informative value look best: 33 seeds at the next-widest in one run)."""
+    sampler = bisection.ThresholdSampler("knob", [2, 3, 4, 5, 6], 0.5, 0.95, 3, 1.0, 100)
+    study = optuna.create_study(sampler=sampler)
+    for value, seeds in ((2, 1), (4, 3), (5, 30), (6, 3)):
+        study.add_trial(optuna.trial.create_trial(
+            params={"knob": value}, distributions={"knob": optuna.distributions.IntDistribution(2, 6)},
+            value=float(value), user_attrs={"successes": 0, "seeds": seeds, "judged": seeds,
+                                            "seed_list": list(range(seeds))}))
+    sampler.predicted = {2: False, 3: False, 4: False, 5: False, 6: True}
+    assert sampler.next(study) == 6
 
 
 def test_probes_go_where_the_answer_is_open():
@@ -113,3 +129,14 @@ def test_bad_threshold_settings_name_their_key(override, key):
     with pytest.raises(ConfigError) as raised:
         load_search(CONFIGS / "debug_search.yaml", [override])
     assert raised.value.key == key and "\n" not in str(raised.value)
+
+
+def test_an_interval_reaching_past_the_widest_value_is_settled_only_wholly_past_it():
+    """A slice of one value starts at [that value, none]: one step wide, yet nothing is known, so it is not settled;
+    5 seeds all passing (or all failing) settle it. [widest, none] is open; [none, none] is settled."""
+    assert not estimate.fit([0], [0], 0.5, 0.95).settled(1)
+    assert estimate.fit([5], [5], 0.5, 0.95).settled(1) and estimate.fit([0], [5], 0.5, 0.95).settled(1)
+    open_end = estimate.fit(*counts(i6=(0, 6), i7=(2, 3)), 0.5, 0.95)
+    assert open_end.high == M and open_end.low < M and not open_end.settled(1)
+    closed = estimate.fit(*counts(i5=(0, 6), i6=(0, 6), i7=(0, 6)), 0.5, 0.95)
+    assert closed.low == M and closed.settled(1)

@@ -1,10 +1,11 @@
-"""Where a slice's next seeds go: the knob value at which `batch` more seeds are expected to narrow its interval the
-most (estimate.py), looking one batch ahead.
+"""Where a slice's next seeds go: the knob value at which `batch` more seeds are expected to leave the least
+uncertainty about K*_q (estimate.py), looking one batch ahead.
 
 For each value, the batch's outcomes (0 .. batch passing) are weighed by their predictive probability under the
-current posterior, and the interval each would leave is computed exactly. The value with the smallest expected
-interval width wins; ties (common while the interval spans most values, where no single batch can narrow it yet) go
-to the smallest expected entropy of K*, which probes where the posterior is most split, as bisection would. This is
+current posterior, and the posterior each would leave is computed exactly. The value with the smallest expected
+entropy of K* wins, which probes where the posterior is most split, as bisection would; ties go to the smallest
+expected interval width. (Width first does not work: while the interval spans most values no single batch narrows
+it, and a mixed outcome can widen it, so width alone prefers probes that can change nothing.) This is
 the one-step look-ahead of level-set estimation (Letham et al., AISTATS 2022) and of probabilistic bisection, which
 queries the posterior median (Waeber, Frazier & Henderson 2013), on the model of estimate.py.
 

@@ -1,7 +1,7 @@
 """Samplers of one knob for the minimal-diversity search, and the evidence they read from a study.
 
 - ThresholdSampler (the default, `search.sampler: threshold`): the next value is where `search.batch` more seeds are
-  expected to narrow the interval of K*_q most (allocation.py, on estimate.py's model); a slice is done when its
+  expected to leave the least uncertainty about K*_q (allocation.py, on estimate.py's model); a slice is done when its
   interval is as narrow as `search.resolution` or its `search.budget.trainings` are spent.
 - BisectionSampler (`search.sampler: bisection`, the protocol before intervals): success is taken as monotone in
   diversity and each value gets a verdict (m of n seeds must succeed, pooled as a rate); it bisects the ordered knob

@@ -94,7 +94,7 @@ class SearchConfig:
     success: SuccessConfig = field(default_factory=SuccessConfig)
     sampler: str = "threshold"  # threshold (K*_q with an interval) | bisection (m of n seeds, the older protocol)
     # | tpe (params, a metric minimised) | grid (every value once, the reference)
-    batch: int = 3  # threshold: seeds trained per evaluation of a knob value (seeds seed, seed + 1, ... per value)
+    batch: int = 3  # threshold: seeds trained per evaluation of a knob value (a slice's seeds: seed, seed + 1, ...)
     resolution: float = 1.0  # threshold: a slice is done once its interval spans at most this many knob steps
     sampler_seed: int = 0  # tpe's seed, fixed so a study is reproducible
     params: list[ParamConfig] = field(default_factory=list)  # tpe only: dimensions beyond (or instead of) the knob

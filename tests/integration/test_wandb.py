@@ -6,6 +6,7 @@ wandb 0.31 ships no reader for offline runs, so `wandb_records` parses the run f
 """
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -153,6 +154,19 @@ def test_offline_grid_leaves_one_run_per_trial_with_config_history_and_summary(w
         assert run["exit_code"] == [0]
         ids.add(run["id"])
     assert len(ids) == 8
+
+
+def test_the_installed_packages_are_saved_by_one_run_per_process(wandb_grid):
+    """requirements.txt lists every installed package, 0.19 s a run to build (as long as training a one-step trial):
+    the first run of each worker process saves it, the process's later runs share that environment."""
+    _, out, _ = wandb_grid
+    saved, processes = 0, set()
+    for trial in sorted((out / "trials").iterdir()):
+        run_dir = offline_run(trial)["dir"]
+        saved += (run_dir / "files" / "requirements.txt").exists()
+        first_line = (run_dir / "logs" / "debug.log").read_text().splitlines()[0]
+        processes.add(re.search(r":(\d+) \[", first_line)[1])  # "... INFO    Thread-3 (<lambda>):1234 [wandb_init..."
+    assert saved == len(processes) >= 1
 
 
 def test_every_trial_has_attention_images_that_are_not_one_flat_colour(wandb_grid):

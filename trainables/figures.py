@@ -389,7 +389,7 @@ def success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[
                 _select(curve, keys, (value, *combo))
             _success_panel(ax, points.sort_values(knob), answer, knob, q, label)
             title = slice_title(answer, keys) if slice_keys else str(value)
-            title += f"\nK* = {_interval_text(answer, 'diversity_star')}"
+            title += f"\nK* = {interval_text(answer, 'diversity_star')}"
             if unfinished[found.index[0]]:
                 ax.set_title(title + " (not finished)", fontsize=9, color=OPEN_COLOUR)
             else:
@@ -451,14 +451,15 @@ def _success_panel(ax, points: pd.DataFrame, answer: pd.Series, knob: str, q: fl
                 linestyle="", zorder=4, label="K* past the widest value")
 
 
-def _interval_text(row: pd.Series, column: str) -> str:
-    """"5 [4, 6]"; "\u2013 [8, beyond]" where the median is past the widest value, "beyond" for an open end."""
-    text = lambda value: "beyond" if pd.isna(value) else _fmt(value)
+def interval_text(row: pd.Series, column: str, digits: int | None = None, dash: str = DASH) -> str:
+    """"5 [4, 6]" (with `digits`, each number to that many decimals); `dash` for a point past the widest value,
+    "beyond" for an open end; the point alone from a table without intervals."""
+    text = lambda value: "beyond" if pd.isna(value) else f"{value:.{digits}f}" if digits is not None else _fmt(value)
     point = row.get(column, np.nan)
-    low, high = row.get(f"{column}_low", np.nan), row.get(f"{column}_high", np.nan)
-    if pd.isna(low) and pd.isna(high):
-        return DASH if pd.isna(point) else _fmt(point)  # a table without intervals
-    return f"{DASH if pd.isna(point) else _fmt(point)} [{text(low)}, {text(high)}]"
+    shown = dash if pd.isna(point) else text(point)
+    if f"{column}_low" not in row:
+        return shown
+    return f"{shown} [{text(row[f'{column}_low'])}, {text(row.get(f'{column}_high', np.nan))}]"
 
 
 def open_slices(minimal: pd.DataFrame) -> pd.Series:

@@ -42,10 +42,8 @@ def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
     evaluations = math.ceil(budget / search.batch) if not decides_by_candidate(search) else budget
     if len(trials) >= 3 * evaluations:  # stops a candidate that always errors
         return False
-    if isinstance(study.sampler, bisection.ThresholdSampler):
-        study.sampler.budget = budget
-    elif asked >= budget:
-        return False
+    if not isinstance(study.sampler, bisection.ThresholdSampler) and asked >= budget:
+        return False  # (the threshold sampler counts its budget itself: rounds() gives it)
     if isinstance(study.sampler, bisection.ThresholdSampler | bisection.BisectionSampler | bisection.ExhaustiveSampler):
         return study.sampler.next(study) is not None
     return True
@@ -146,6 +144,8 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
         else:
             done, budget = bisection.seeds_asked(trials), search.budget.trainings
         budgets[sl.study_name] = max(budget, done + extend if extend else 0)
+        if isinstance(studies[sl.study_name].sampler, bisection.ThresholdSampler):
+            studies[sl.study_name].sampler.budget = budgets[sl.study_name]
     checks, base_dict = constraint_checks(search), config.to_dict(base)
     pending_references = [p for p in reference_points(all_slices, search, base.seed) if read_result(p, out) is None]
     round_index = latest_round(studies)

@@ -15,7 +15,7 @@ from sweep.search import bisection, estimate, loop
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice
 from sweep.space import point_id, read_error, read_result
-from trainables import config
+from trainables import config, figures
 from trainables.io import atomic_write, format_shape
 from trainables.tasks import task_of
 
@@ -108,15 +108,10 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
 def for_terminal(table: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.DataFrame:
     """min_diversity.csv as the terminal prints it: each answer beside its interval, "beyond" where the interval
     reaches past the widest value tried, and "(open)" on a slice that is not finished."""
-    def interval(row, column: str, digits: int | None) -> str:
-        fmt = lambda x: "beyond" if x is None or (isinstance(x, float) and math.isnan(x)) else (
-            f"{x:.{digits}f}" if digits else f"{x:g}")
-        point, low, high = (row[column], row[f"{column}_low"], row[f"{column}_high"])
-        return f"{'-' if pd.isna(point) else fmt(point)} [{fmt(low)}, {fmt(high)}]"
     shown = table[slice_keys].copy()
-    shown["K*_q [interval]"] = table.apply(lambda row: interval(row, "diversity_star", None), axis=1)
+    shown["K*_q [interval]"] = table.apply(lambda row: figures.interval_text(row, "diversity_star", dash="-"), axis=1)
     if axis in table:
-        shown[f"{axis} [interval]"] = table.apply(lambda row: interval(row, axis, 3), axis=1)
+        shown[f"{axis} [interval]"] = table.apply(lambda row: figures.interval_text(row, axis, 3, dash="-"), axis=1)
     shown["seeds"] = table["seeds"]
     shown["p at widest [interval]"] = table.apply(
         lambda row: "-" if pd.isna(row["p_at_widest"]) else

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from dashboards.html import gallery
+from sweep.search import tables
 from trainables import figures, readouts
 from trainables.models.one_step import SPEC as ONE_STEP
 from trainables.tasks.trigger_copy import figures as trigger_copy_figures
@@ -240,10 +241,20 @@ def test_success_curves_show_p_with_its_band_the_seeds_q_and_k_star_with_its_int
     assert open_high.title.get_color() == figures.OPEN_COLOUR
     past = panels["low=2, n_triggers=4\nK* = \u2013 [6, beyond]"]
     assert labelled(past, "K* past the widest value") and not labelled(past, "K*")
-    ruled_out = panels["low=4, n_triggers=4\nK* = \u2013 (not finished)"]
+    ruled_out = panels["low=4, n_triggers=4\nK* = \u2013 [beyond, beyond] (not finished)"]
     [span] = labelled(ruled_out, "K*: 95% interval")
     assert span.get_x() == 6.5  # only the "beyond" strip
     assert_not_flat(pixels(figure))
+
+
+def test_the_terminal_prints_each_answer_with_its_interval_as_the_figures_title_does():
+    minimal, _ = search_tables()
+    minimal["p_at_widest"], minimal["p_at_widest_low"], minimal["p_at_widest_high"] = 0.8, 0.5, 0.95
+    shown = tables.for_terminal(minimal, [LOW, N_TRG], "data/max_sum_ratio")
+    assert list(shown["K*_q [interval]"]) == ["3 [2, 4]", "5 [4, beyond]", "- [6, beyond]", "- [beyond, beyond]"]
+    assert shown["data/max_sum_ratio [interval]"][0] == "0.333 [0.250, 0.500]"
+    assert list(shown["finished"]) == ["yes", "no (open)", "yes", "no (open)"]
+    assert figures.interval_text(minimal.drop(columns=["diversity_star_low"]).iloc[0], "diversity_star") == "3"
 
 
 def test_success_curves_of_a_search_without_slices_have_one_panel_named_by_its_study():

@@ -10,6 +10,8 @@ import argparse
 import atexit
 import os
 import re
+import select
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -17,6 +19,8 @@ from pathlib import Path
 from trainables.errors import ConfigError
 
 EXIT_BAD_INPUT = 2
+# What a shell reports for a command whose reader went away (`headsweep list | head`): killed by SIGPIPE.
+EXIT_READER_GONE = 128 + signal.SIGPIPE
 # W&B entity and project names: no slashes, spaces or URL syntax (the server rejects them, after the network trip).
 _WANDB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
@@ -102,11 +106,29 @@ def run() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
-        return {"train": _train, "grid": _grid, "search": _search, "report": _report, "compare": _compare,
+        code = {"train": _train, "grid": _grid, "search": _search, "report": _report, "compare": _compare,
                 "list": _list, "dashboard": _dashboard}[args.verb](args)
+        sys.stdout.flush()  # here, not at exit: a reader that has gone away is then seen below
+        return code
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        if not _stdout_reader_gone():  # another pipe or socket broke (a worker's): a real error, with its traceback
+            raise
+        # What is still buffered, and whatever exit handlers print, goes nowhere instead of failing again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_READER_GONE
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reading end is closed (Linux's poll says POLLERR or POLLHUP)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError):  # stdout is no file (replaced, or closed)
+        return False
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def _train(args) -> int:

@@ -81,3 +81,22 @@ def test_the_command_exits_at_once_but_joins_threads_runs_exit_handlers_and_flus
                           timeout=120)
     assert proc.returncode == 3 and proc.stdout == "printed, not flushed", proc.stderr
     assert (tmp_path / "thread").read_text() == "joined" and (tmp_path / "atexit").read_text() == "ran"
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
+def test_a_reader_that_went_away_ends_the_command_quietly(unbuffered):
+    """`headsweep list | head`: stdout's reader is gone before the command writes (or flushes) its last line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `head` after its lines: every write to the pipe now fails with EPIPE
+    env = os.environ | {"PYTHONUNBUFFERED": unbuffered}
+    try:
+        proc = subprocess.run([str(Path(sys.executable).parent / "headsweep"), "list"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == cli.EXIT_READER_GONE and proc.stderr == "", proc.stderr

@@ -8,6 +8,7 @@ import dataclasses
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,7 +26,7 @@ from trainables.streams import Draws, GeneratorDraws, Streams
 from trainables.tasks import TASKS
 from trainables.tasks.markov_ngram import data, metrics, mutual_info
 from trainables.tasks.markov_ngram.data import CHAIN, PAD, PRIMED, MarkovNgramConfig
-from trainables.train import init_state
+from trainables.train import init_state, train
 
 TASK = TASKS["markov_ngram"]
 SMALL = MarkovNgramConfig(vocab_size=3, order=3, alpha=0.3, seq_len=20, pool_size=4, loss_on="all")
@@ -97,6 +98,33 @@ def test_first_tokens_are_uniform():
     freq = torch.bincount(first, minlength=3).double() / len(first)
     assert (freq - 1 / 3).abs().max() < 4 * math.sqrt((1 / 3) * (2 / 3) / len(first))
 
+
+
+def test_stationary_is_the_left_eigenvector_of_eigenvalue_one():
+    """Dirichlet tables of the task's default alpha against numpy's eigendecomposition."""
+    tables = data.draw_tables(MarkovNgramConfig(vocab_size=5, order=2), 64, torch.Generator().manual_seed(3))
+    mu = data.stationary(tables).numpy()  # (64, 5)
+    for table, got in zip(tables.numpy(), mu):
+        values, vectors = np.linalg.eig(table.T)
+        expected = np.real(vectors[:, np.argmin(np.abs(values - 1))])
+        assert np.allclose(got, expected / expected.sum(), atol=1e-8)
+
+
+def test_stationary_of_a_reducible_chain_is_a_distribution():
+    """Two closed classes (a block-diagonal P, what tiny alpha gives when entries underflow to 0): mu P = mu, each
+    class holding its share of a uniform start; it was NaN. And tiny-alpha tables, zeros in most of them."""
+    A = torch.tensor([[0.3, 0.7], [0.6, 0.4]], dtype=torch.float64)
+    B = torch.tensor([[0.2, 0.5, 0.3], [0.1, 0.1, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    P = torch.block_diag(A, B)  # (5, 5)
+    mu = data.stationary(P[None])[0]
+    assert torch.allclose(mu @ P, mu, atol=1e-8) and math.isclose(mu.sum().item(), 1.0)
+    assert torch.allclose(mu[:2], 2 / 5 * data.stationary(A[None])[0], atol=1e-6)
+    tiny_alpha = MarkovNgramConfig(vocab_size=3, order=2, alpha=1e-3)
+    tables = data.draw_tables(tiny_alpha, 256, torch.Generator().manual_seed(0))  # (256, 3, 3)
+    assert (tables == 0).any(-1).any(-1).float().mean() > 0.5
+    mu = data.stationary(tables)  # (256, 3)
+    assert torch.isfinite(mu).all() and torch.allclose(mu.sum(-1), torch.ones(256, dtype=torch.float64))
+    assert torch.allclose(torch.einsum("bi,bij->bj", mu, tables), mu, atol=1e-8)
 
 def test_stationary_first_token_follows_the_chains_stationary_law():
     """first=stationary (order 2): one fixed table, the first token's frequencies match mu with mu P = mu."""
@@ -448,6 +476,19 @@ def test_the_ood_evaluation_set_does_not_depend_on_the_pool_size():
            for k in (0, 1, 8)]
     assert all(torch.equal(o.tokens, ood[0].tokens) and torch.equal(o.targets, ood[0].targets) for o in ood)
 
+
+
+@pytest.mark.parametrize("model", ["{name: one_step, n_samples_V: 64, n_samples_KQ: 64}", "{name: transformer}"],
+                         ids=["one_step", "transformer"])
+def test_loss_on_last_trains_to_its_final_readout(model):
+    """With loss_on=last the readout reads attention at the query, as evaluation does: the one-step model has no
+    other rows to read (it once crashed here)."""
+    cfg = config.load(CONFIGS / "debug_markov_ngram.yaml", ["task.loss_on=last", f"model={model}", "optim.max_steps=4",
+                                                            "eval.every=2", "eval.n_id=16", "eval.n_ood=16"])
+    result = train(cfg)
+    assert result.metrics["status"] == "completed" and "mi/argmax_is_parents" in result.metrics
+    profile = result.arrays["lag_profile"]  # (layers, heads, offsets): each head's mass sums to 1
+    assert profile.shape[-1] == cfg.task.seq_len and np.allclose(profile.sum(-1), 1.0)
 
 def test_summary_reads_the_first_step_at_each_stage():
     history = [{"step": 10, "ood/stage": 0.0}, {"step": 20, "ood/stage": 1.0}, {"step": 30, "ood/stage": 1.0},

@@ -166,7 +166,9 @@ class MarkovNgram(Task):
     def readouts(self, cfg, model, ood, generator, n_examples):
         """Every layer's lag profile on the OOD set (`lag_profile` (n_layers, H, T)) and the chi-square mutual
         information of the training distribution over lag sets (`mi_*`, and `mi/*` final metrics)."""
-        _, cache = model.run_with_cache(ood.tokens)  # full patterns in every layer
+        # Read as evaluation reads it: with loss_on=last at the query (a model that reads only the query, such as
+        # one_step, has no other rows; a transformer's last layer is trained there only), else every row of every layer.
+        _, cache = model.run_with_cache(ood.tokens, ood.query)
         layers = patterns(cache)  # none for a model without attention
         arrays = {"parent_lags": np.arange(1, cfg.order)}
         if layers:

@@ -32,6 +32,9 @@ FIRST = ("uniform", "stationary")
 LOSS_ON = ("last", "all")
 MAX_TABLE_ENTRIES = 4096  # S^n per table: every sequence of a batch carries its own table, so this bounds memory
 PROPOSALS = 8  # Marsaglia-Tsang proposals per Gamma variate (log_gamma): all rejected with probability <= 0.049^8
+# Uniform jump mixed into a chain for its stationary law (stationary): makes every chain irreducible, and moves the
+# law of one that mixes in T steps by about TELEPORT * T; float64 solves stay accurate to ~1e-8 at this size.
+TELEPORT = 1e-10
 
 # Per-position labels (by what the position predicts): metrics and the loss mask slice by them.
 PAD, PRIMED, CHAIN = PAD_LABEL, 0, 1  # PRIMED: the target is one of the first n-1 tokens (not from the chain), never scored
@@ -121,11 +124,14 @@ def stacked_pools(cfgs: list[MarkovNgramConfig]) -> torch.Tensor:
 
 
 def stationary(transition: torch.Tensor) -> torch.Tensor:
-    """(..., m) the stationary distribution of each row-stochastic (..., m, m) matrix (all entries > 0: unique).
+    """(..., m) the stationary distribution of each row-stochastic (..., m, m) matrix P, computed for
+    (1 - TELEPORT) P + TELEPORT / m so that it is always unique: P's own to about TELEPORT x its mixing time, and for a
+    reducible P (tiny alpha: Dirichlet entries underflow to 0) the long-run law from a uniform start.
 
     Solves mu (P - I) = 0 with one equation replaced by sum(mu) = 1, batched; solve_ex without its error check, which
-    on a GPU would read the solver's status back to the host (a singular system, a reducible chain, gives no error)."""
+    on a GPU would read the solver's status back to the host (the teleport keeps the system nonsingular)."""
     m = transition.shape[-1]
+    transition = (1 - TELEPORT) * transition + TELEPORT / m  # (..., m, m)
     last = torch.arange(m, device=transition.device) == m - 1  # (m,): the equation replaced
     identity = torch.eye(m, dtype=transition.dtype, device=transition.device)
     system = torch.where(last[:, None], 1.0, (transition - identity).transpose(-1, -2))  # (..., m, m)

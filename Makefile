@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo check test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ EXAMPLE := examples/headsweep-zoology
 $(VENV)/.example-installed: $(STAMP) $(shell find $(EXAMPLE) -name '*.py' -o -name pyproject.toml 2>/dev/null)
 	$(BIN)/python -m pip install -q ./$(EXAMPLE)
 	touch $@
+
+# The unit tier (tests/conftest.py: TIERS): in-process, no server, what to run before every commit.
+check: $(STAMP) $(VENV)/.example-installed
+	$(BIN)/python -m pytest -q -m unit
 
 test: $(STAMP) $(VENV)/.example-installed
 	bash tests/install_debian_packages.sh  # Debian's chromium and postgresql for the tests, when missing

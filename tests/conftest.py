@@ -1,4 +1,5 @@
-"""Shared test helpers: the repo's configs by path, a tiny config loader, and metrics compared across runs."""
+"""Shared test helpers: the repo's configs by path, a tiny config loader, and metrics compared across runs; every test
+marked with its tier by the folder it lives in (TIERS: `pytest -m unit` is `make check`)."""
 import math
 import os
 from pathlib import Path
@@ -11,6 +12,20 @@ from trainables import config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
+# folder -> tier. unit: in-process, seconds in all (the CLI's bad-input paths included: sweep.cli.main called in
+# process); integration: real Ray, Optuna storages, W&B offline, the CLI as a subprocess; e2e: clusters, Ray jobs,
+# browsers, Slurm, buckets. The example plugin's own tests are in-process.
+TIERS = {"tests/unit": "unit", "tests/integration": "integration", "tests/e2e": "e2e",
+         "examples/headsweep-zoology/tests": "unit"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folder = item.path.relative_to(ROOT).parent.as_posix()
+        tier = TIERS.get(folder)
+        if tier is None:
+            raise pytest.UsageError(f"{item.nodeid}: a test outside the tiers' folders ({', '.join(TIERS)})")
+        item.add_marker(tier)
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from tests.e2e.conftest import log_tail, start_head, start_node, stop_head, stop
 from tests.integration.conftest import postgres  # noqa: F401 (the fixture, for the search's studies)
 from tests.s3_server import s3_server
 
-pytestmark = pytest.mark.e2e
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 GRID = CONFIGS / "debug_two_nodes.yaml"  # 4 points, 1 member per trial, a checkpoint every 50 steps
 SHORT = "optim.max_steps=200"  # of 400: still 4 checkpoints per trial, half the suite's time

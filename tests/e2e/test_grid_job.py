@@ -4,9 +4,7 @@ import uuid
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
-pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -12,9 +12,7 @@ import uuid
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
-pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "examples" / "headsweep-zoology" / "src" / "headsweep_zoology"
 SHIPPED = "zoology_shipped"

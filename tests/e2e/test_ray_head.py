@@ -5,10 +5,6 @@ import sys
 import time
 import uuid
 
-import pytest
-
-pytestmark = pytest.mark.e2e
-
 PROBE = ("import os, ray; ray.init(); "
          "print('probe', os.environ['HEADSWEEP_PROBE'], ray.cluster_resources()['CPU'])")
 RUNTIME_ENV = json.dumps({"env_vars": {"HEADSWEEP_PROBE": "1"}})

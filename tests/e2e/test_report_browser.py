@@ -26,7 +26,6 @@ from PIL import Image
 
 from tests.conftest import CONFIGS
 
-pytestmark = pytest.mark.e2e
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -30,7 +30,6 @@ import pytest
 
 from tests.e2e.conftest import alive, free_ports, log_tail, mentioning
 
-pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "slurm" / "headsweep.sbatch"
 DAEMONS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd",

@@ -17,7 +17,6 @@ import pytest
 from tests.conftest import CONFIGS
 from tests.e2e.conftest import alive, log_tail, node_processes, start_head, start_node, stop_head, stop_node
 
-pytestmark = pytest.mark.e2e
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 CONFIG = CONFIGS / "debug_two_nodes.yaml"  # 4 points, 1 member per trial, checkpoint every 50 of 400 steps
 POINTS = [f"high={high},seed={seed}" for high in (4, 5) for seed in (0, 1)]

@@ -38,7 +38,6 @@ search:
 """
 
 
-
 def test_debug_train_writes_the_tasks_metrics_arrays_and_report(tmp_path):
     out = tmp_path / "debug"
     proc = headsweep("train", CONFIGS / "debug_bigram_trigger.yaml", "--out", out, env=ONE_THREAD)

@@ -12,8 +12,6 @@ from tests.s3_server import s3_server
 from trainables.copies import STATE_FILE, WorkingCopies
 from trainables.store import Bucket, Mirror
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):

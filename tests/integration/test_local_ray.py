@@ -11,7 +11,6 @@ from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
 from tests.e2e.conftest import alive, scrubbed_environ
 
-pytestmark = pytest.mark.integration
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 # Starts the local Ray as a verb does, runs one task (so a worker is up too), prints what the test needs, then keeps
 # Ray up until its stdin closes.

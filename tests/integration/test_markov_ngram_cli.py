@@ -35,7 +35,6 @@ search:
 """
 
 
-
 def test_debug_train_writes_the_tasks_metrics_and_arrays(tmp_path):
     out = tmp_path / "debug"
     proc = headsweep("train", CONFIGS / "debug_markov_ngram.yaml", "--out", out, env=ONE_THREAD)

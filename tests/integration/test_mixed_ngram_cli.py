@@ -34,7 +34,6 @@ search:
 """
 
 
-
 def test_debug_train_logs_each_component_and_the_transition(tmp_path):
     out = tmp_path / "debug"
     proc = headsweep("train", CONFIGS / "debug_mixed_ngram.yaml", "--out", out, env=ONE_THREAD)

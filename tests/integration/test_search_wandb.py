@@ -17,7 +17,6 @@ from tests.integration.test_wandb import (assert_not_flat, clean_env, exit_codes
                                           wandb_records)
 from trainables import config
 
-pytestmark = pytest.mark.integration
 
 KNOB, LOW = "task.lengths.width", "task.lengths.low"
 

@@ -24,7 +24,6 @@ from trainables import config
 from trainables.errors import ConfigError
 from trainables.logger import resolve_wandb_mode, server_answers, trial_logger
 
-pytestmark = pytest.mark.integration
 
 FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # the shape of a W&B API key; must never reach a file
 WANDB_ENV = ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_IDENTITY_TOKEN_FILE", "NETRC",

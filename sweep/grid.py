@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from dashboards import report
-from sweep import preflight, space, tuner
+from sweep import cluster, packing, preflight, space, tuner
 from sweep.out_dir import OutDir
 from trainables import config
 from trainables.io import atomic_write, claim_out, create_out, read_json
@@ -26,8 +26,8 @@ def run(config_path: str, overrides: list[str], out_arg: str, address: str | Non
     resolved = config.to_yaml(base, sweep=sweep)
     out = OutDir.open(out_arg)
     claim_out(out.local, resolved)
-    tuner.connect(address)
-    tuner.check_resources(sweep.resources)
+    cluster.connect(address)
+    cluster.check_resources(sweep.resources)
     trials = tuner.grid_plan(base, sweep, points, out, verdict=space.verdict_rule(base, sweep))
     preflight.check_storage(out)
 
@@ -36,7 +36,7 @@ def run(config_path: str, overrides: list[str], out_arg: str, address: str | Non
     try:
         errors = tuner.run(base, sweep, trials, out, summary=lambda: _generalized(out.local))
     finally:  # even when interrupted: what finished is in results.csv and the report
-        frame = tuner.disconnect_while(lambda: write_results(out, points, errors))
+        frame = cluster.disconnect_while(lambda: write_results(out, points, errors))
     keys = [axis.key for axis in sweep.axes] + ["seed"]
     shown = keys + [c for c in (*task_of(base).headline, "status") if c in frame.columns]
     print(frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False))
@@ -50,7 +50,7 @@ def write_results(out: OutDir, points: list[dict], errors: dict[str, str]) -> pd
     """results.csv and the report, from the members' files (pulled first from a bucket, and pushed back); the
     results' frame."""
     out.pull_trials()
-    frame = collect(tuner.members(points, OutDir(out.local)), errors)
+    frame = collect(packing.members(points, OutDir(out.local)), errors)
     atomic_write(out.local / "results.csv", frame.to_csv(index=False))
     report.build(out.local)
     out.sync()

@@ -54,7 +54,7 @@ class SweepConfig:
     constraints: list[str] = field(default_factory=list)  # "A op B": A, B sums of swept keys and numbers; < <= > >= == !=
     seeds: list[int] = field(default_factory=lambda: [0])
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    pack: int = 0  # members (points of one shape) per Tune trial, trained as one; 0 = auto (tuner.members_per_trial)
+    pack: int = 0  # members (points of one shape) per Tune trial, trained as one; 0 = auto (packing.members_per_trial)
     max_concurrent: int = 0  # trials running at once; 0 lets the cluster's free resources decide
     max_failures: int = 2  # retries of a crashed trial, each from its last checkpoint
     phase_diagram: PhaseDiagramConfig = field(default_factory=PhaseDiagramConfig)

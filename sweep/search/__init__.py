@@ -8,7 +8,7 @@ min_diversity.csv (or best.csv). The report is dashboards/report.py's, built fro
 from __future__ import annotations
 
 from dashboards import report, search_wandb
-from sweep import preflight, tuner
+from sweep import cluster, preflight, tuner
 from sweep.out_dir import OutDir
 from sweep.search import loop, studies, tables
 from sweep.search.config import load_search
@@ -39,8 +39,8 @@ def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str 
     storage = studies.storage_for(storage_url, out.local.resolve(), create=False)
     for sl in all_slices if storage else []:
         studies.check_owner(storage, sl, search.knob.key, experiment, key)
-    tuner.connect(address)
-    tuner.check_resources(search.resources)
+    cluster.connect(address)
+    cluster.check_resources(search.resources)
     preflight.check_storage(out)
 
     create_out(out.local, resolved)  # atomic: another driver may be reading config.yaml in claim_out
@@ -50,7 +50,7 @@ def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str 
     try:
         loop.run(base, search, all_slices, opened, out, extend)
     finally:  # even when interrupted: what finished is in the tables and the report
-        table = tuner.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
+        table = cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
     if search.minimize:
         print(table.drop(columns=["study"]).to_string(index=False))
     else:

@@ -165,7 +165,7 @@ def train_report(tmp_path_factory) -> Path:
 def grid_report(tmp_path_factory) -> Path:
     """A grid output dir made by the grid's own writers from real one-step trainings (no Ray: the grid itself is
     tested in tests/integration), and its rebuilt report."""
-    from sweep import grid, space, tuner
+    from sweep import grid, packing, space
     from sweep.out_dir import OutDir
     from trainables import config
     from trainables.io import atomic_write
@@ -174,7 +174,7 @@ def grid_report(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("browser") / "grid"
     base, sweep, points = space.load_sweep(CONFIGS / "debug_grid.yaml", ["sweep.seeds=[0]"])
-    members = tuner.members(points, OutDir(out))
+    members = packing.members(points, OutDir(out))
     for member in members:
         cfg = config.with_point(config.to_dict(base), member["point"])
         trial = Path(member["dir"])

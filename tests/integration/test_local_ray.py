@@ -1,4 +1,4 @@
-"""The local Ray every verb starts without an address (tuner.connect(None)) serves that process alone: each of its
+"""The local Ray every verb starts without an address (cluster.connect(None)) serves that process alone: each of its
 servers listens on 127.0.0.1 only, and its GCS answers only requests that carry the token."""
 import json
 import subprocess
@@ -17,8 +17,8 @@ LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 DRIVER = """
 import json, sys
 import ray
-from sweep import tuner
-tuner.connect(None)
+from sweep import cluster
+cluster.connect(None)
 ray.get(ray.remote(lambda: 0).remote())
 print(json.dumps({"gcs": ray.get_runtime_context().gcs_address}), flush=True)
 sys.stdin.read()
@@ -27,7 +27,7 @@ sys.stdin.read()
 
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
-    """A process that called tuner.connect(None), with a HOME of its own (the token Ray makes lands there)."""
+    """A process that called cluster.connect(None), with a HOME of its own (the token Ray makes lands there)."""
     home = tmp_path_factory.mktemp("home")
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], env={**scrubbed_environ(), "HOME": str(home)},
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)

@@ -1,0 +1,126 @@
+"""The Ray cluster a grid or search runs on: joined at an address, or started in this process for it alone; what it
+offers (slots for a trial's resources, the largest node's memory); leaving it.
+
+Ray starts in-process on this machine unless an address is given (`--address`, or RAY_ADDRESS as set by
+`ray job submit`); a local Ray serves this process alone: its servers listen on 127.0.0.1 only, with token auth on.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from typing import Callable, TypeVar
+
+import ray
+import ray._private.ray_constants as ray_constants
+
+from trainables.errors import ConfigError
+
+T = TypeVar("T")
+
+LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's node IP is 127.0.0.1 (docs/CLUSTER.md)
+
+
+def connect(address: str | None) -> None:
+    """Join the cluster at `address` (or RAY_ADDRESS), else start a local one in this process."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address and address.startswith("http"):
+        raise ConfigError("--address", f"{address} is a dashboard URL (what `ray job submit` takes); give the "
+                                       "cluster's GCS address host:port, or unset RAY_ADDRESS for a local Ray")
+    # The classic progress table (a compact row per trial) rather than the new engine's per-trial config dumps.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Snapshots after each checkpoint are what makes a killed grid resumable; Tune's warning about them is noise.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    else:
+        _start_local()
+
+
+def disconnect_while(work: Callable[[], T]) -> T:
+    """Leave Ray (stopping a local one: a second or two, mostly waiting for its processes to exit) while `work` runs
+    in another thread; return what it returns. `work` must not touch Ray. Ray is left from this thread with the
+    garbage collector paused until both are done, so that no Ray object is released from the other thread while the
+    core worker shuts down: Ray ends the whole process when that happens (a driver joined to a cluster lost its
+    report and exited 1 that way when Ray was left from a thread of its own)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # raised again in this thread
+            outcome["error"] = error
+
+    collecting = gc.isenabled()
+    gc.disable()
+    worker = threading.Thread(target=run, name="results-and-report")
+    worker.start()
+    try:
+        ray.shutdown()
+    finally:
+        worker.join()
+        if collecting:
+            gc.enable()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _start_local() -> None:
+    """Ray in this process, for this process alone: every server on 127.0.0.1, token authentication on."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() != "token":
+        raise ConfigError("RAY_AUTH_MODE", f"is {mode!r}, but a local Ray always runs with token authentication: "
+                                           "unset it (or set it to token)")
+    # Unset, Ray 2.60 turns token auth on for a new local Ray (creating ~/.ray/auth_token once) and tells this process;
+    # setting it here would come too late: this process read the mode when it imported ray. Its notice of that ends
+    # "set RAY_AUTH_MODE=disabled to opt out", which headsweep refuses: not shown.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    with _loopback_only():
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+
+@contextmanager
+def _loopback_only():
+    """While a local Ray starts, make its node IP 127.0.0.1: Ray binds its servers to loopback for that IP and to every
+    interface for any other. Each process Ray starts reads LOOPBACK_VAR; this one read it on import, so its copy is
+    set too. Both are put back after: a later join of another cluster from this process needs the machine's IP."""
+    saved_var, saved_flag = os.environ.get(LOOPBACK_VAR), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_var is None:
+            os.environ.pop(LOOPBACK_VAR, None)
+        else:
+            os.environ[LOOPBACK_VAR] = saved_var
+
+
+def check_resources(resources) -> None:
+    """Fail before any trial starts if no node could ever run one (they would stay PENDING forever)."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    fits = [n for n in nodes if n.get("CPU", 0) >= resources.cpu and n.get("GPU", 0) >= resources.gpu]
+    if fits:
+        return
+    gpus, cpus = max(n.get("GPU", 0) for n in nodes), max(n.get("CPU", 0) for n in nodes)
+    key = "sweep.resources.gpu" if resources.gpu > gpus else "sweep.resources.cpu"
+    raise ConfigError(key, f"a trial asks for {resources.cpu:g} CPU and {resources.gpu:g} GPU, but the largest "
+                           f"node of this cluster has {cpus:g} CPU and {gpus:g} GPU")
+
+
+def slots(resources, max_concurrent: int = 0) -> int:
+    """How many trials asking for `resources` the cluster runs at once (at most max_concurrent, if set)."""
+    total = ray.cluster_resources()
+    fit = min(total.get("CPU", 1) // max(resources.cpu, 1e-9),
+              total.get("GPU", 0) // resources.gpu if resources.gpu else float("inf"))
+    return max(1, int(min(fit, max_concurrent or fit)))
+
+
+def largest_memory() -> int:
+    """Bytes Ray gives tasks on the cluster's largest live node."""
+    return max(n["Resources"].get("memory", 0) for n in ray.nodes() if n.get("Alive"))

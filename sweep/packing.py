@@ -1,0 +1,101 @@
+"""Which members train together: the Tune trials of a grid's or a search round's points, planned without Ray.
+
+Points become members of Tune trials of trainables.trainable.run_trial, several of one shape per trial (`pack`), a
+candidate's seeds (one verdict group) in one trial; a trial that could only fail (a cuda member without a GPU, more
+members than the largest node's memory holds) is refused before anything runs. What the cluster offers comes in as
+numbers (cluster.py asks Ray for them).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from sweep.out_dir import OutDir
+from sweep.space import point_id
+from trainables import config, memory
+from trainables.errors import ConfigError
+from trainables.models import MODELS
+from trainables.population import pack_key
+
+TRIALS_PER_SLOT = 4  # auto packing: about this many Tune trials per slot the cluster can run at once
+MAX_AUTO_PACK = 64  # auto packing never puts more members than this in one trial
+
+
+def members(points: list[dict], out: OutDir, job_type: str = "grid",
+            verdict: Callable[[dict], dict | None] = lambda point: None) -> list[dict]:
+    """The member dicts of these points: point, directory (a path, or a URI in the bucket), job type and, where
+    `verdict` gives one, the rule it is judged and stopped by (trainables/verdicts.py)."""
+    return [{"point": point, "dir": out.member_dir(point), "job_type": job_type}
+            | ({"verdict": rule} if (rule := verdict(point)) else {}) for point in points]
+
+
+def plan(base_dict: dict, all_members: list[dict], pack: int, gpu: float, room: int,
+         pack_setting: str = "sweep.pack") -> dict[str, list[dict]]:
+    """Tune trial id -> its members: members of one shape (population.pack_key) in chunks of `pack`, in point order,
+    a candidate's seeds (one verdict group) in one chunk, so that they can stop each other (chunks). The ids are a
+    function of the points and `pack`, so a restored experiment finds its trials again. A trial must fit in `room`
+    (bytes: what the cluster's largest node gives tasks, cluster.largest_memory()), and a member on cuda needs `gpu` > 0 per trial (Ray hides the GPUs from a trial
+    that asks for none): else ConfigError."""
+    section = pack_setting.split(".")[0]
+    groups: dict[tuple, list[dict]] = {}
+    largest: dict[tuple, tuple[dict[str, int], config.Config]] = {}  # per shape: the largest member's needs, config
+    vectorized: dict[tuple, bool] = {}  # else its members run one after another in their trial
+    for member in all_members:
+        cfg = config.with_point(base_dict, member["point"], check_device=False)
+        if cfg.device == "cuda" and not gpu:
+            raise ConfigError("device", f"cuda needs {section}.resources.gpu > 0: Ray hides the GPUs from trials that "
+                                        "ask for none")
+        key = pack_key(cfg)
+        groups.setdefault(key, []).append(member)
+        needs = memory.needs(cfg)
+        if key not in largest or max(needs.values()) > max(largest[key][0].values()):
+            largest[key] = needs, cfg
+        vectorized[key] = MODELS[cfg.model.name].vectorize
+    trials = {}
+    for key, group in groups.items():
+        check_memory(min(pack, len(group)) if vectorized[key] else 1, *largest[key], room, pack_setting)
+        for chunk in chunks(group, pack):
+            trials[point_id(chunk[0]["point"]) + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")] = chunk
+    return trials
+
+
+def chunks(group: list[dict], pack: int) -> list[list[dict]]:
+    """The members in order, in chunks of at most `pack`, none splitting the consecutive members of one verdict
+    group (a candidate's seeds) unless the group alone has more than `pack`."""
+    group_of = lambda member: (member.get("verdict") or {}).get("group")
+    runs: list[list[dict]] = []
+    for member in group:
+        if runs and group_of(member) is not None and group_of(runs[-1][-1]) == group_of(member):
+            runs[-1].append(member)
+        else:
+            runs.append([member])
+    result: list[list[dict]] = []
+    for run in runs:
+        if result and len(result[-1]) + len(run) <= pack:
+            result[-1] += run
+        else:
+            result += [run[start:start + pack] for start in range(0, len(run), pack)]
+    return result
+
+
+def check_memory(members: int, peaks: dict[str, int], cfg: config.Config, room: int, pack_setting: str) -> None:
+    """Fail before anything runs if `members` trained as one population (each needing `peaks`: bytes at the peak per
+    batch key, memory.needs(cfg)) exceed `room`, what Ray gives tasks on the cluster's largest node: naming the batch
+    key when one member alone cannot fit, else `pack_setting`."""
+    memory.refuse_beyond(peaks, room, "the largest node gives trials", cfg)
+    peak = max(peaks.values())
+    if members * peak > room:
+        raise ConfigError(pack_setting, f"{members} members per trial need about {members * peak / memory.GIB:.2f} "
+                                        f"GiB together, but the largest node gives trials {room / memory.GIB:.2f} "
+                                        f"GiB; set it to at most {max(1, int(room // max(peak, 1)))}")
+
+
+def members_per_trial(section, n_members: int, slots: int, group_size: int = 1) -> int:
+    """The section's `pack`, or for 0 (auto) as many members per trial as spread them over about TRIALS_PER_SLOT
+    trials per slot (`slots`: trials the cluster runs at once, cluster.slots): fewer Tune trials cost less overhead,
+    and not fewer than that keeps every slot busy to the end and a crash costly to no one; rounded up to whole verdict
+    groups of `group_size` (a candidate's seeds, which stop each other only inside one trial)."""
+    if section.pack:
+        return section.pack
+    pack = max(1, min(MAX_AUTO_PACK, math.ceil(n_members / (TRIALS_PER_SLOT * slots))))
+    return math.ceil(pack / group_size) * group_size

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dashboards import figures
 from dashboards.report import read_config, slice_configs, theory_values
-from trainables import figures
 from trainables.errors import ConfigError
 from trainables.io import atomic_write
 from trainables.tasks import task_of

@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from dashboards import figures
 from dashboards.html import Section, gallery, render_table, write_report
-from trainables import config, figures, readouts
+from trainables import config, readouts
 from trainables.errors import ConfigError
 from trainables.io import FINISHED, atomic_write, parse_shape, read_json, read_jsonl
 from trainables.tasks import DEFAULT, TASKS, Task, task_of

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dashboards import figures
 from dashboards.report import read_config, theory_values
-from trainables import figures
 from trainables.logger import _run_id, resolve_wandb_mode
 from trainables.tasks import task_of
 

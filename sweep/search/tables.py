@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dashboards import figures
 from sweep.search import bisection, estimate, loop
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice
 from sweep.space import point_id, read_error, read_result
-from trainables import config, figures
+from trainables import config
 from trainables.io import atomic_write, format_shape
 from trainables.tasks import task_of
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from dashboards import figures as plots
 from dashboards.html import gallery
 from sweep.search import tables
 from trainables import figures, readouts
@@ -124,7 +125,7 @@ def test_accuracy_by_pair_puts_l1_across_l2_up_and_leaves_invalid_cells_blank():
 def test_curves_show_single_evaluations_and_colour_runs_by_a_value():
     runs = {"a": [{"step": 2, "ood/acc": 0.5, "train/loss": 1.0}],
             "b": [{"step": s, "ood/acc": s / 10, "train/loss": None} for s in (1, 2, 3, 4)]}
-    figure = figures.curves(runs, metrics=("train/loss", "ood/acc", "absent/metric"), colour_by={"a": 0.2, "b": 0.5},
+    figure = plots.curves(runs, metrics=("train/loss", "ood/acc", "absent/metric"), colour_by={"a": 0.2, "b": 0.5},
                           colour_label="R")
     assert [ax.get_title() for ax in figure.axes[:2]] == ["train/loss", "ood/acc"]  # absent metrics get no panel
     assert figure.axes[0].get_lines()[0].get_marker() == "o"  # a single point stays visible
@@ -214,7 +215,7 @@ def arrows(ax) -> list:
 
 def test_success_curves_show_p_with_its_band_the_seeds_q_and_k_star_with_its_interval():
     minimal, curve = search_tables()
-    figure = figures.success_curves(curve, minimal, [LOW, N_TRG], KNOB, q=0.5, confidence=0.95)
+    figure = plots.success_curves(curve, minimal, [LOW, N_TRG], KNOB, q=0.5, confidence=0.95)
     panels = {ax.get_title(): ax for ax in figure.axes}
     assert len(panels) == 4  # columns: low; rows: n_triggers
     settled = panels["low=2, n_triggers=2\nK* = 3 [2, 4]"]
@@ -238,7 +239,7 @@ def test_success_curves_show_p_with_its_band_the_seeds_q_and_k_star_with_its_int
     open_high = panels["low=4, n_triggers=2\nK* = 5 [4, beyond] (not finished)"]
     [span] = labelled(open_high, "K*: 95% interval")
     assert span.get_x() == 3.5 and span.get_x() + span.get_width() == open_high.get_xlim()[1]
-    assert open_high.title.get_color() == figures.OPEN_COLOUR
+    assert open_high.title.get_color() == plots.OPEN_COLOUR
     past = panels["low=2, n_triggers=4\nK* = \u2013 [6, beyond]"]
     assert labelled(past, "K* past the widest value") and not labelled(past, "K*")
     ruled_out = panels["low=4, n_triggers=4\nK* = \u2013 [beyond, beyond] (not finished)"]
@@ -254,20 +255,20 @@ def test_the_terminal_prints_each_answer_with_its_interval_as_the_figures_title_
     assert list(shown["K*_q [interval]"]) == ["3 [2, 4]", "5 [4, beyond]", "- [6, beyond]", "- [beyond, beyond]"]
     assert shown["data/max_sum_ratio [interval]"][0] == "0.333 [0.250, 0.500]"
     assert list(shown["finished"]) == ["yes", "no (open)", "yes", "no (open)"]
-    assert figures.interval_text(minimal.drop(columns=["diversity_star_low"]).iloc[0], "diversity_star") == "3"
+    assert plots.interval_text(minimal.drop(columns=["diversity_star_low"]).iloc[0], "diversity_star") == "3"
 
 
 def test_success_curves_of_a_search_without_slices_have_one_panel_named_by_its_study():
     minimal, curve = search_tables()
     one = minimal.iloc[[0]].drop(columns=[LOW, N_TRG])
-    figure = figures.success_curves(curve[curve["study"] == one["study"].iloc[0]], one, [], KNOB, q=0.5)
+    figure = plots.success_curves(curve[curve["study"] == one["study"].iloc[0]], one, [], KNOB, q=0.5)
     assert [ax.get_title() for ax in figure.axes] == ["s.low=2,n=2\nK* = 3 [2, 4]"]
     assert labelled(figure.axes[0], "K*: interval")
 
 
 def test_threshold_draws_each_interval_with_arrows_on_open_sides_and_hollow_markers_past_the_widest_value():
     minimal, _ = search_tables()
-    figure = figures.threshold(minimal, [LOW, N_TRG], "data/max_sum_ratio", [0.5, 0.5, 0.25, 0.25])
+    figure = plots.threshold(minimal, [LOW, N_TRG], "data/max_sum_ratio", [0.5, 0.5, 0.25, 0.25])
     ax = figure.axes[0]
     bars = [line for line in ax.lines if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1]
             and line.get_linestyle() == "-"]
@@ -288,8 +289,8 @@ def test_search_traces_bracket_each_interval_and_run_open_ends_to_the_top():
                               "ood/acc": float(width >= 3)}
                              for t, (low, n, width) in enumerate((l, n, w) for l in (2, 4) for n in (2, 4)
                                                                  for w in (1, 3, 6))])
-    figure = figures.phase_diagram(finished, LOW, KNOB, "ood/acc", panels=[N_TRG])
-    figures.search_traces(figure, finished, minimal, [LOW, N_TRG], KNOB)
+    figure = plots.phase_diagram(finished, LOW, KNOB, "ood/acc", panels=[N_TRG])
+    plots.search_traces(figure, finished, minimal, [LOW, N_TRG], KNOB)
     first, second = figure.axes[:2]  # n_triggers = 2, 4; rows: widths 1, 3, 6 at y = 0, 1, 2
     brackets = [line for line in first.lines if line.get_color() == "red" and len(line.get_xdata()) >= 2]
     settled = next(line for line in brackets if line.get_xdata()[1] < 1)  # column 0: low = 2
@@ -305,7 +306,7 @@ def test_thresholds_against_theory_draw_the_measured_intervals_and_keep_the_boun
                            "measured": [0.3, 0.25, NAN], "measured_low": [0.27, NAN, NAN],
                            "measured_high": [0.36, 0.28, 0.22], "finished": [True, False, True],
                            "bound": [NAN, NAN, 0.22], "fitted_at_widest": [NAN, NAN, 1.0]})
-    figure = figures.thresholds_against_theory(points, "data/max_sum_ratio")
+    figure = plots.thresholds_against_theory(points, "data/max_sum_ratio")
     ax = figure.axes[0]
     bars = sorted(tuple(line.get_ydata()) for line in ax.lines
                   if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1])

@@ -12,7 +12,7 @@ from matplotlib.contour import ContourSet
 from PIL import Image
 
 from dashboards.html import Section, gallery, write_report
-from trainables.figures import phase_diagram, png_bytes, save_png
+from dashboards.figures import phase_diagram, png_bytes, save_png
 
 LOW, HIGH, N_TRG = "task.lengths.low", "task.lengths.high", "task.n_triggers"
 

@@ -4,7 +4,8 @@ one loop that runs them for every task and model, for one member (`train`) or se
 `init_state` builds the model, its phases and the data generators from the config's one seed; a population.Stack
 takes one optimizer step for every member on its own batch; `evaluate` measures a model on its fixed evaluation
 sets; `checkpoint` and `restore` capture and reinstate everything a run changes, so a resumed run draws the same
-batches and ends in the same result. A run is the model's phases (models/: the one-step model's Algorithm 1 is two
+batches and ends in the same result. `reference_loop` is the loop for one member on one screen, to read first; a run's
+status is `running` until it ends. A run is the model's phases (models/: the one-step model's Algorithm 1 is two
 single steps of plain SGD; the transformer one phase of `optim`), every step on a fresh training batch; every
 `eval.every` steps (and after the last) the model is measured.
 """
@@ -78,8 +79,8 @@ class TrainState:
     key: int  # the member's training-data stream (trainables/streams.py): a task with a batch_sampler draws from it
     stopper: EarlyStopping
     step: int = 0  # optimizer steps taken
-    status: str = "completed"  # stays "completed" while running; early_stopped, diverged, succeeded or
-    # verdict_known (trainables/verdicts.py) end the run early
+    status: str = "running"  # until it ends: completed (its last step), or early_stopped, diverged, succeeded or
+    # verdict_known (trainables/verdicts.py) before it
     diverged_because: str = ""  # what was not finite, and at which step
     stopped_because: str = ""  # why a run that succeeded early or whose verdict was known stopped where it did
     loss_sum: float = 0.0  # training loss x count, hits and count over the scored positions since the last evaluation
@@ -202,7 +203,7 @@ def checkpoint(state: TrainState, metrics: dict, seconds: float, history: list[d
     what `restore` and the task's summary of the run need to continue exactly."""
     return {"step": state.step, "status": state.status, "stopped_because": state.stopped_because,
             "metrics": metrics, "history": list(history),
-            "final": state.status != "completed" or state.step >= state.total_steps,  # nothing left to resume
+            "final": state.status != "running" or state.step >= state.total_steps,  # nothing left to resume
             "model": copy.deepcopy(state.model.state_dict()),
             "optimizers": [copy.deepcopy(phase.optimizer.state_dict()) for phase in state.phases],
             "train_generator": state.generator.get_state(), "stopper": vars(state.stopper).copy(), "seconds": seconds}
@@ -214,7 +215,9 @@ def restore(state: TrainState, saved: dict) -> None:
         phase.optimizer.load_state_dict(copy.deepcopy(optimizer_state))  # never train the checkpoint's own tensors
     state.generator.set_state(saved["train_generator"])
     state.stopper = EarlyStopping(**saved["stopper"])
-    state.status, state.step = saved["status"], saved["step"]
+    # A checkpoint from before the running status said "completed" while running.
+    state.status = "running" if saved["status"] == "completed" else saved["status"]
+    state.step = saved["step"]
     state.stopped_because = saved.get("stopped_because", "")
 
 
@@ -227,6 +230,34 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
     """
     first = (lambda states: on_checkpoint(states[0])) if on_checkpoint else None
     return train_members([cfg], [logger or Logger()], [resume], on_checkpoint=first)[0]
+
+
+def reference_loop(cfg) -> dict[str, float | str]:
+    """The training loop of one member, written out to be read top to bottom: what train_members does for each member
+    of a pack, without what a sweep adds around it (checkpoints, W&B, verdicts, packing, the final readout). Returns
+    the last evaluation's metrics with the run's status and steps; tests/unit/test_population.py holds them equal
+    to train()'s."""
+    state, eval_sets, _ = init_state(cfg)
+    stack, batches = Stack([state]), Batches([cfg], [state])  # a population of one: the step a pack takes
+    metrics = {}
+    while state.status == "running":
+        stack.step(batches.draw(state.phase().batch_size, [0]), state.phase_index())  # a fresh batch, one step
+        state.step += 1
+        if state.step % cfg.eval.every and state.step < state.total_steps:
+            continue  # between evaluations nothing is read back from the device
+        alive, bad_step, bad_loss, state.loss_sum, state.hits, state.count = stack.collect()[0]
+        if not alive:
+            state.step = bad_step
+            state.diverge("train/loss", bad_loss)
+            break
+        metrics = state.train_metrics() | evaluate(state.model, eval_sets, cfg)
+        if not math.isfinite(metrics["id/loss"]):
+            state.diverge("id/loss", metrics["id/loss"])
+        elif state.stopper.should_stop(metrics["id/loss"]):
+            state.status = "early_stopped"
+        elif state.step >= state.total_steps:
+            state.status = "completed"
+    return metrics | {"status": state.status, "steps": state.step}
 
 
 @dataclass
@@ -245,7 +276,7 @@ class Member:
 
     @property
     def training(self) -> bool:
-        return self.state.status == "completed" and self.state.step < self.state.total_steps
+        return self.state.status == "running" and self.state.step < self.state.total_steps
 
 
 def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
@@ -396,6 +427,8 @@ def _finish(member: Member) -> Result:
     cfg, state = member.cfg, member.state
     if state.status == VERDICT_KNOWN and state.step == 0:
         return _unmeasured(member)
+    if state.status == "running":  # it took its last step
+        state.status = "completed"
     model_state, finite_step, finite_metrics = member.finite
     if state.status == "diverged":
         state.model.load_state_dict(model_state)

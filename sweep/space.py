@@ -69,6 +69,7 @@ _TERM = re.compile(r"\s*([+-]?)\s*([A-Za-z_][\w.]*|\d+(?:\.\d+)?)\s*")
 def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, SweepConfig, list[dict[str, Any]]]:
     """The base trial config, the sweep section and its points, all validated. `sweep.*` overrides go to the sweep."""
     base, sweep = config.load_section(path, overrides, "sweep", SweepConfig)
+    config.refuse_overrides_of(overrides, swept_keys(sweep))
     require(("sweep.pack", sweep.pack >= 0, "must be >= 0 (0 = auto)"),
             ("sweep.stop.decided", not sweep.stop.decided, "is for searches: a grid has no candidates to decide"))
     sweep.stop.validate("sweep")
@@ -78,6 +79,15 @@ def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, S
     diagram.y = diagram.y or (keys[1] if len(keys) > 1 else "")
     diagram.metric = diagram.metric or task_of(base).success_metric
     return base, sweep, result
+
+
+def swept_keys(sweep: SweepConfig) -> dict[str, str]:
+    """The keys the grid sets at every point (its axes' and the seed), each with what to override instead."""
+    set_by = {axis.key: f"is set at each point by sweep.axes[{i}], so this override would be ignored; to run one "
+                        f"value, override the axis: 'sweep.axes.{i}.values=[{{value}}]'"
+              for i, axis in enumerate(sweep.axes)}
+    return set_by | {"seed": "is set at each point by sweep.seeds, so this override would be ignored; override the "
+                             "seeds instead: 'sweep.seeds=[{value}]'"}
 
 
 def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:

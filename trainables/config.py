@@ -18,7 +18,7 @@ from typing import Any, get_type_hints
 
 import torch
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf import errors as oc_errors
 from omegaconf._utils import get_omega_conf_dumper
 
@@ -78,14 +78,22 @@ def read_layers(path: str | Path | None, overrides: list[str]) -> list[DictConfi
         except yaml.YAMLError as e:
             raise ConfigError("CONFIG", f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
     for item in overrides:
-        key, equals, _ = item.partition("=")
+        key, equals, value = item.partition("=")
         if not equals or not key:
-            raise ConfigError(item, "an override must look like key=value (e.g. task.lengths.low=3)")
+            raise ConfigError(item, "an override must look like key=value (e.g. task.lengths.low=3); " + _QUOTE_IT)
         try:
             layers.append(OmegaConf.from_dotlist([item]))
         except oc_errors.OmegaConfBaseException as e:
             raise ConfigError(key, f"cannot parse override ({e})") from None
+        except yaml.YAMLError as e:  # most often an unquoted list or mapping, cut at its spaces by the shell
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(key, f"the value {value} is not valid YAML ({problem}); {_QUOTE_IT}: "
+                                   f"'{item} ...'") from None
     return layers
+
+
+# The shell splits an unquoted override at each space: `search.slices=[{key: a, values: [1]}]` arrives as 4 words.
+_QUOTE_IT = "if the shell split an override at its spaces, put single quotes around the whole override"
 
 
 def from_layers(layers: list[DictConfig], check_device: bool = True) -> Config:
@@ -103,6 +111,33 @@ def load_section(path: str | Path, overrides: list[str], name: str, schema: type
     base = load(path, [o for o in overrides if o.partition("=")[0].partition(".")[0] != name], check_device=False)
     sections = [OmegaConf.create(layer[name]) for layer in layers if name in layer]
     return base, OmegaConf.to_object(merge_checked(schema(), sections, prefix=f"{name}."))
+
+
+def refuse_overrides_of(overrides: list[str], set_by: dict[str, str]) -> None:
+    """Refuse an override that sets (a part of) a key a sweep sets at each of its points: it would be silently
+    ignored. `set_by` maps each such key to what sets it and what to override instead; `{value}` in that text
+    stands for the override's value."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        for swept, reason in set_by.items():
+            if key == swept:
+                raise ConfigError(key, reason.replace("{value}", value))
+            if key.startswith(swept + "."):
+                raise ConfigError(key, f"it sets part of {swept}, which {reason.replace('{value}', '...')}")
+            if swept.startswith(key + ".") and _sets(item, swept):
+                raise ConfigError(key, f"it sets {swept}, which {reason.replace('{value}', '...')}")
+
+
+def _sets(override: str, key: str) -> bool:
+    """Whether a mapping override (`task.lengths={low: 3}`) sets `key` (task.lengths.low)."""
+    layer = OmegaConf.from_dotlist([override])  # parsed before, by read_layers
+    try:
+        return OmegaConf.select(layer, key, default=_ABSENT) is not _ABSENT
+    except oc_errors.OmegaConfBaseException:  # a plain value where key needs a section: refused by the merge
+        return False
+
+
+_ABSENT = object()
 
 
 def with_point(base: dict, point: dict[str, Any], check_device: bool = True) -> Config:
@@ -188,11 +223,89 @@ def merge_checked(schema: Any, layers: list[DictConfig], prefix: str = "") -> Di
     ConfigError naming the full key."""
     structured = schema if isinstance(schema, DictConfig) else OmegaConf.structured(schema)
     try:
-        return OmegaConf.merge(structured, *layers)
+        return _merge(structured, layers, prefix)
     except oc_errors.ConfigKeyError as e:
         raise ConfigError(prefix + e.full_key, f"unknown key{_closest(structured, e.full_key, prefix)}") from None
     except oc_errors.ValidationError as e:
-        raise ConfigError(prefix + e.full_key, str(e).splitlines()[0]) from None
+        raise ConfigError(prefix + (e.full_key or "CONFIG"), str(e).splitlines()[0]) from None
+
+
+def _merge(structured: DictConfig, layers: list[DictConfig], prefix: str) -> DictConfig:
+    """OmegaConf.merge, or where it fails without naming a key, layer by layer through _shaped, which names it.
+
+    That happens for an override that indexes a list, `search.slices.1.values=[1,3]`: from_dotlist reads it as the
+    mapping {search: {slices: {"1": {values: [1, 3]}}}}, which OmegaConf cannot merge onto a list (TypeError). The
+    slow path turns it into the whole list merged so far with element 1 changed, as OmegaConf users expect. The fast
+    path stays first: a sweep merges once per point."""
+    try:
+        return OmegaConf.merge(structured, *layers)
+    except (TypeError, oc_errors.ValidationError) as e:
+        if getattr(e, "full_key", None):  # OmegaConf named the key: merge_checked reports it
+            raise
+    merged = structured
+    for layer in layers:
+        merged = OmegaConf.merge(merged, _shaped(layer, merged, prefix))
+    return merged
+
+
+def _shaped(node: Any, target: Any, path: str) -> Any:
+    """`node` (a layer or part of one, at dotted `path`) as OmegaConf can merge it onto `target` (what is merged so
+    far there): a mapping of indices onto a list becomes that whole list with those elements changed. Any other
+    mismatch of shape is a ConfigError naming the key."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node)  # unresolved: interpolations stay as written
+    key = path[:-1]
+    if isinstance(target, ListConfig) and isinstance(node, Mapping):
+        return _list_with(node, target, path)
+    if isinstance(target, DictConfig) and _is_value(node):
+        raise ConfigError(key, f"is a section ({', '.join(map(str, target.keys()))}), not a value: set one of its "
+                               f"keys, e.g. {path}{next(iter(target.keys()), 'KEY')}=...")
+    if not (isinstance(target, DictConfig) and isinstance(node, Mapping)):
+        return node
+    typed, known = dataclasses.is_dataclass(OmegaConf.get_type(target)), list(target.keys())
+    for name in node:
+        if typed and name not in known:
+            match = difflib.get_close_matches(str(name), list(map(str, known)), n=1)
+            raise ConfigError(f"{path}{name}", "unknown key" + (f" (did you mean {path}{match[0]}?)" if match else ""))
+    return {name: _shaped(value, _child(target, name), f"{path}{name}.") for name, value in node.items()}
+
+
+def _list_with(indexed: Mapping, target: ListConfig, path: str) -> list:
+    """The list `target` with the elements `indexed` names ({"1": {values: [1, 3]}}) changed."""
+    key, items = path[:-1], OmegaConf.to_container(target)
+    whole = f"give the whole list ('{key}=[...]')"
+    for index, value in indexed.items():
+        if not str(index).isdigit():
+            raise ConfigError(f"{path}{index}", f"{key} is a list: name an element by its index "
+                                                f"({path}0.{index}=...), or {whole}")
+        if int(index) >= len(items):
+            held = f"elements 0 to {len(items) - 1}" if items else "no elements"
+            raise ConfigError(f"{path}{index}", f"index out of range: {key} has {held}; to add one, {whole}")
+        element = _shaped(value, target[int(index)], f"{path}{index}.")
+        items[int(index)] = _updated(items[int(index)], element)
+    return items
+
+
+def _updated(old: Any, new: Any) -> Any:
+    """`old` with `new` merged in as OmegaConf merges: mappings key by key, anything else replaced whole."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        return {**old, **{name: _updated(old.get(name), value) for name, value in new.items()}}
+    return new
+
+
+def _is_value(node: Any) -> bool:
+    """A plain value or list, which cannot stand for a section (None, ??? and interpolations can)."""
+    if node is None or isinstance(node, Mapping):
+        return False
+    return not (isinstance(node, str) and (node == "???" or "${" in node))
+
+
+def _child(parent: DictConfig, name: Any) -> Any:
+    """parent[name], or None where there is nothing to merge onto (an absent, missing or unresolvable value)."""
+    try:
+        return parent[name] if name in parent else None
+    except oc_errors.OmegaConfBaseException:
+        return None
 
 
 def _without(layer: DictConfig, keys: tuple[str, ...]) -> DictConfig:

@@ -88,7 +88,9 @@ class Registry:
         try:
             module = importlib.import_module(module_name)
         except Exception as e:  # ImportError, or whatever the plugin's own import raised
-            raise ConfigError(self.key, f"{where} cannot be imported: {type(e).__name__}: {_first_line(e)}") from None
+            hint = _how_to_import(e, module_name) if source.origin == "module path" else ""
+            raise ConfigError(self.key, f"{where} cannot be imported: {type(e).__name__}: {_first_line(e)}{hint}"
+                              ) from None
         try:
             obj = functools.reduce(getattr, attr.split("."), module)
         except AttributeError:
@@ -137,6 +139,22 @@ def _with_working_dir_on_path() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.append(cwd)
+
+
+def _how_to_import(error: Exception, module_name: str) -> str:
+    """For a module path that is not found (the module or a package of its path, not a module it imports itself):
+    how to make it importable, or where the package that lacks it was found (another one of that name may shadow
+    the intended one)."""
+    parts = module_name.split(".")
+    own = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}  # mytasks, mytasks.copy
+    if not isinstance(error, ModuleNotFoundError) or error.name not in own:  # a module the plugin imports, or worse
+        return ""
+    parent, _, child = error.name.rpartition(".")
+    if parent:  # ("'x' is not a package" where x is a module: the message says so)
+        found = list(getattr(sys.modules.get(parent), "__path__", []))
+        return f"; {parent} was found ({', '.join(found)}) but has no module {child}" if found else ""
+    return (f"; to make {error.name} importable, run headsweep from the directory that holds {error.name}/ (or "
+            f"{error.name}.py), add that directory to PYTHONPATH, or pip install the package that provides it")
 
 
 def _first_line(error: Exception) -> str:

@@ -119,12 +119,27 @@ class SearchConfig:
 def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
     """The base trial config and the validated search section (`search.*` overrides go to it)."""
     base, search = config.load_section(path, overrides, "search", SearchConfig)
+    config.refuse_overrides_of(overrides, searched_keys(search))
     task, success = task_of(base), search.success  # resolved, so config.yaml says what counts as success
     success.metric = success.metric or task.success_metric
     task_direction = ">=" if task.success_above else "<="
     success.direction = success.direction or (task_direction if success.metric == task.success_metric else ">=")
     _require_valid(base, search)
     return base, search
+
+
+def searched_keys(search: SearchConfig) -> dict[str, str]:
+    """The keys the search sets at each trial (its slices', its knob's and its params'), each with what to override
+    instead."""
+    ignored = "so this override would be ignored"
+    set_by = {axis.key: f"is set in each slice by search.slices[{i}], {ignored}; to search one value, override the "
+                        f"slice: 'search.slices.{i}.values=[{{value}}]'" for i, axis in enumerate(search.slices)}
+    set_by |= {param.key: f"is set at each candidate by search.params[{i}], {ignored}; to narrow it, override "
+                          f"search.params.{i}.low and search.params.{i}.high" for i, param in enumerate(search.params)}
+    if search.knob.key:
+        set_by[search.knob.key] = (f"is set at each candidate by the search's knob, {ignored}; to search one value, "
+                                   "override the knob: 'search.knob.values=[{value}]'")
+    return set_by
 
 
 def _require_valid(base: config.Config, search: SearchConfig) -> None:

@@ -1,0 +1,172 @@
+"""Overrides on the command line: an index into a list sets that element; every plausible mistake (an index out of
+range, YAML the shell cut at its spaces, a key the sweep sets anyway, a module path that does not import) is one line
+naming the key, exit code 2, and nothing written. In process (sweep.cli.main): no Ray starts."""
+import sys
+
+import pytest
+
+from sweep import cli, cluster
+from sweep.search import studies
+from sweep.search.config import load_search
+from sweep.space import load_sweep
+from tests.conftest import CONFIGS
+
+
+@pytest.fixture(autouse=True)
+def no_ray(monkeypatch):
+    """Each command here must stop before Ray starts; should one not, it fails at once instead of running a sweep."""
+    def start(address):
+        raise AssertionError("the command got as far as starting Ray")
+    monkeypatch.setattr(cluster, "connect", start)
+
+
+def refused(capsys, tmp_path, verb: str, config_file: str, *overrides: str) -> str:
+    """The one line `headsweep <verb>` answers with, having checked exit code 2 and that nothing was written."""
+    out = tmp_path / "out"
+    assert cli.main([verb, str(CONFIGS / config_file), *overrides, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("headsweep: error: ") and err.count("\n") == 1, err
+    assert not out.exists()
+    return err.removeprefix("headsweep: error: ").rstrip("\n")
+
+
+# --- an index into a list -------------------------------------------------------------------------------------------
+
+def test_an_indexed_override_sets_that_element_of_a_search_list():
+    base, search = load_search(CONFIGS / "quickstart.yaml", ["search.slices.1.values=[1,3]"])
+    assert [(axis.key, axis.values) for axis in search.slices] == [("task.lengths.low", [3, 5, 7, 9]),
+                                                                   ("task.n_triggers", [1, 3])]
+    assert {sl.point["task.n_triggers"] for sl in studies.slices(base, search, "x")} == {1, 3}  # validated as usual
+
+
+def test_an_indexed_override_sets_that_element_of_a_grid_axis_and_of_a_list_in_it():
+    _, sweep, points = load_sweep(CONFIGS / "debug_grid.yaml", ["sweep.axes.0.values=[2,3]", "sweep.axes.1.values.0=7"])
+    assert [axis.values for axis in sweep.axes] == [[2, 3], [7, 8]]
+    assert {(p["task.lengths.low"], p["task.lengths.high"]) for p in points} == {(2, 7), (2, 8), (3, 7), (3, 8)}
+
+
+def test_an_index_into_a_list_the_file_leaves_at_its_default():
+    _, search = load_search(CONFIGS / "debug_search.yaml", ["search.sampler=bisection", "search.success.seeds.0=5"])
+    assert search.success.seeds == [5]
+
+
+@pytest.mark.parametrize("verb, config_file, override, line", [
+    ("search", "quickstart.yaml", "search.slices.1.values=[0,3]",
+     "task.n_triggers: must be >= 1 (at low=3,n_triggers=0,width=2)"),
+    ("grid", "debug_grid.yaml", "sweep.axes.1.key=task.nope", "sweep.axes[1].key: task.nope is not a key of the "
+                                                              "trial config"),
+])
+def test_an_indexed_override_is_validated_as_usual(capsys, tmp_path, verb, config_file, override, line):
+    assert refused(capsys, tmp_path, verb, config_file, override) == line
+
+
+@pytest.mark.parametrize("verb, config_file, override, line", [
+    ("search", "quickstart.yaml", "search.slices.5.values=[1,3]",
+     "search.slices.5: index out of range: search.slices has elements 0 to 1; to add one, give the whole list "
+     "('search.slices=[...]')"),
+    ("grid", "debug_grid.yaml", "sweep.axes.2.values=[1]",
+     "sweep.axes.2: index out of range: sweep.axes has elements 0 to 1; to add one, give the whole list "
+     "('sweep.axes=[...]')"),
+    ("search", "debug_search.yaml", "search.constraints.1=task.lengths.low<=3",
+     "search.constraints.1: index out of range: search.constraints has elements 0 to 0; to add one, give the whole "
+     "list ('search.constraints=[...]')"),
+    ("search", "debug_search.yaml", "search.slices.key=task.n_triggers",
+     "search.slices.key: search.slices is a list: name an element by its index (search.slices.0.key=...), or give "
+     "the whole list ('search.slices=[...]')"),
+    ("search", "debug_search.yaml", "search.slices.0.valuez=[1]",
+     "search.slices.0.valuez: unknown key (did you mean search.slices.0.values?)"),
+    ("search", "debug_search.yaml", "search.knob=[1,2]",
+     "search.knob: is a section (key, low, high, values), not a value: set one of its keys, e.g. search.knob.key=..."),
+    ("train", "debug.yaml", "task=3", "task: is a section (name, vocab_size, max_len, n_triggers, lengths, ood_split, "
+                                      "n_pairs_per_cell), not a value: set one of its keys, e.g. task.name=..."),
+])
+def test_a_list_or_section_given_the_wrong_shape_is_one_line(capsys, tmp_path, verb, config_file, override, line):
+    """Each was a traceback: TypeError: Cannot merge incompatible container types, or (a list for a section)
+    TypeError: can only concatenate str (not "NoneType") to str."""
+    assert refused(capsys, tmp_path, verb, config_file, override) == line
+
+
+# --- YAML the shell cut at its spaces -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("words, line", [
+    (["search.slices=[{key:", "task.n_triggers,", "values:", "[1,3]}]"],
+     "search.slices: the value [{key: is not valid YAML (did not find expected node content); if the shell split an "
+     "override at its spaces, put single quotes around the whole override: 'search.slices=[{key: ...'"),
+    (["a.b=[1,", "2]"], "a.b: the value [1, is not valid YAML (did not find expected node content); if the shell "
+                        "split an override at its spaces, put single quotes around the whole override: 'a.b=[1, ...'"),
+    (["name=my", "run"], "run: an override must look like key=value (e.g. task.lengths.low=3); if the shell split an "
+                         "override at its spaces, put single quotes around the whole override"),
+])
+def test_an_override_the_shell_split_says_to_quote_it(capsys, tmp_path, words, line):
+    assert refused(capsys, tmp_path, "search", "quickstart.yaml", *words) == line
+
+
+# --- a key the sweep sets at each point -----------------------------------------------------------------------------
+
+IGNORED = "so this override would be ignored"
+
+
+@pytest.mark.parametrize("verb, config_file, override, line", [
+    ("search", "debug_search.yaml", "task.lengths.low=3",
+     f"task.lengths.low: is set in each slice by search.slices[0], {IGNORED}; to search one value, override the "
+     "slice: 'search.slices.0.values=[3]'"),
+    ("search", "debug_search.yaml", "task.lengths={low: 3}",
+     f"task.lengths: it sets task.lengths.low, which is set in each slice by search.slices[0], {IGNORED}; to search "
+     "one value, override the slice: 'search.slices.0.values=[...]'"),
+
+    ("search", "debug_search.yaml", "task.lengths.width=3",
+     f"task.lengths.width: is set at each candidate by the search's knob, {IGNORED}; to search one value, override "
+     "the knob: 'search.knob.values=[3]'"),
+    ("grid", "debug_grid.yaml", "task.lengths.high=7",
+     f"task.lengths.high: is set at each point by sweep.axes[1], {IGNORED}; to run one value, override the axis: "
+     "'sweep.axes.1.values=[7]'"),
+    ("grid", "debug_grid.yaml", "seed=4",
+     f"seed: is set at each point by sweep.seeds, {IGNORED}; override the seeds instead: 'sweep.seeds=[4]'"),
+])
+def test_an_override_of_a_key_the_sweep_sets_is_refused(capsys, tmp_path, verb, config_file, override, line):
+    """Each was accepted and silently lost: every trial set the key from the slices, knob, axes or seeds."""
+    assert refused(capsys, tmp_path, verb, config_file, override) == line
+
+
+def test_an_override_of_part_of_a_key_the_sweep_sets_is_refused(capsys, tmp_path):
+    assert refused(capsys, tmp_path, "search", "debug_search.yaml", "task.lengths.low=3",
+                   "search.slices=[{key: task.lengths, values: [{low: 2}, {low: 4}]}]") == (
+        f"task.lengths.low: it sets part of task.lengths, which is set in each slice by search.slices[0], {IGNORED}; "
+        "to search one value, override the slice: 'search.slices.0.values=[...]'")
+
+
+def test_an_override_of_a_key_a_tpe_param_sets_is_refused(capsys, tmp_path):
+    assert refused(capsys, tmp_path, "search", "debug_search.yaml", "search.sampler=tpe", "search.knob.key=''",
+                   "search.params=[{key: task.n_triggers, type: int, low: 1, high: 3}]", "task.n_triggers=3") == (
+        f"task.n_triggers: is set at each candidate by search.params[0], {IGNORED}; to narrow it, override "
+        "search.params.0.low and search.params.0.high")
+
+
+# --- a module path that does not import -----------------------------------------------------------------------------
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """Run from an empty directory (module paths also resolve against it), sys.path and sys.modules restored."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        if name.startswith("headsweep_test_"):
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize("key", ["task.name", "model.name"])
+def test_a_module_path_that_is_not_found_says_how_to_make_it_importable(capsys, elsewhere, key):
+    line = refused(capsys, elsewhere, "train", "debug.yaml", f"{key}=headsweep_test_mytasks.copy:TASK")
+    assert line.startswith(f"{key}: ") and line.endswith(
+        "cannot be imported: ModuleNotFoundError: No module named 'headsweep_test_mytasks'; to make "
+        "headsweep_test_mytasks importable, run headsweep from the directory that holds headsweep_test_mytasks/ (or "
+        "headsweep_test_mytasks.py), add that directory to PYTHONPATH, or pip install the package that provides it")
+
+
+def test_a_module_path_whose_package_lacks_the_module_says_where_the_package_was_found(capsys, elsewhere):
+    (elsewhere / "headsweep_test_tasks").mkdir()
+    line = refused(capsys, elsewhere, "train", "debug.yaml", "task.name=headsweep_test_tasks.copy:TASK")
+    assert line.endswith("No module named 'headsweep_test_tasks.copy'; headsweep_test_tasks was found "
+                         f"({elsewhere / 'headsweep_test_tasks'}) but has no module copy"), line

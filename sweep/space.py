@@ -49,16 +49,28 @@ class PhaseDiagramConfig:
 
 
 @dataclass
-class SweepConfig:
-    axes: list[AxisConfig] = field(default_factory=list)
-    constraints: list[str] = field(default_factory=list)  # "A op B": A, B sums of swept keys and numbers; < <= > >= == !=
-    seeds: list[int] = field(default_factory=lambda: [0])
+class RunConfig:
+    """How the trials run, the same keys in a grid's section (`sweep:`) and a search's (`search:`)."""
+
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     pack: int = 0  # members (points of one shape) per Tune trial, trained as one; 0 = auto (packing.members_per_trial)
     max_concurrent: int = 0  # trials running at once; 0 lets the cluster's free resources decide
     max_failures: int = 2  # retries of a crashed trial, each from its last checkpoint
+    stop: StopConfig = field(default_factory=StopConfig)  # streak > 0: a member stops once it has succeeded
+
+    def validate_run(self, section: str) -> None:
+        require((f"{section}.pack", self.pack >= 0, "must be >= 0 (0 = auto)"),
+                (f"{section}.max_concurrent", self.max_concurrent >= 0, "must be >= 0 (0: the cluster decides)"),
+                (f"{section}.max_failures", self.max_failures >= 0, "must be >= 0"))
+        self.stop.validate(section)
+
+
+@dataclass
+class SweepConfig(RunConfig):
+    axes: list[AxisConfig] = field(default_factory=list)
+    constraints: list[str] = field(default_factory=list)  # "A op B": A, B sums of swept keys and numbers; < <= > >= == !=
+    seeds: list[int] = field(default_factory=lambda: [0])
     phase_diagram: PhaseDiagramConfig = field(default_factory=PhaseDiagramConfig)
-    stop: StopConfig = field(default_factory=StopConfig)  # streak > 0: a trial stops once it has succeeded
 
 
 MAX_ID = 120  # characters of a trial directory name
@@ -70,9 +82,8 @@ def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, S
     """The base trial config, the sweep section and its points, all validated. `sweep.*` overrides go to the sweep."""
     base, sweep = config.load_section(path, overrides, "sweep", SweepConfig)
     config.refuse_overrides_of(overrides, swept_keys(sweep))
-    require(("sweep.pack", sweep.pack >= 0, "must be >= 0 (0 = auto)"),
-            ("sweep.stop.decided", not sweep.stop.decided, "is for searches: a grid has no candidates to decide"))
-    sweep.stop.validate("sweep")
+    sweep.validate_run("sweep")
+    require(("sweep.stop.decided", not sweep.stop.decided, "is for searches: a grid has no candidates to decide"))
     result = points(base, sweep)
     keys, diagram = [axis.key for axis in sweep.axes], sweep.phase_diagram  # resolved, so config.yaml says what it draws
     diagram.x = diagram.x or keys[0]

@@ -10,7 +10,7 @@ import optuna
 from sweep.search import guide
 from sweep.search.estimate import seeds_to_decide
 from sweep.search.guide import GuideConfig
-from sweep.space import AxisConfig, ResourcesConfig
+from sweep.space import AxisConfig, RunConfig
 from trainables import config
 from trainables.models import MODELS
 from trainables.errors import require
@@ -87,7 +87,7 @@ class BudgetConfig:
 
 
 @dataclass
-class SearchConfig:
+class SearchConfig(RunConfig):
     knob: KnobConfig = field(default_factory=KnobConfig)
     slices: list[AxisConfig] = field(default_factory=list)  # one study per combination of these axes' values
     constraints: list[str] = field(default_factory=list)  # between knob and slice keys, e.g. low + width <= 16
@@ -110,10 +110,7 @@ class SearchConfig:
     # sampler needs every seed's own verdict. Not part of the experiment (its fingerprint): it changes what training
     # costs, not what is asked.
     stop: StopConfig = field(default_factory=lambda: StopConfig(streak=STREAK, decided=True))
-    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    pack: int = 0  # members (trained seeds of one shape) per Tune trial, trained as one; 0 = auto
-    max_concurrent: int = 0
-    max_failures: int = 2
+    # resources, pack, max_concurrent, max_failures: RunConfig's, as a grid's
 
 
 def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
@@ -178,7 +175,6 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("search.success.min_seeds", 1 <= success.min_seeds <= len(success.seeds), "must be in 1..len(seeds)"),
         ("search.budget.per_slice", search.budget.per_slice >= 1, "must be >= 1"),
         ("search.budget.total", search.budget.total >= 0, "must be >= 0"),
-        ("search.pack", search.pack >= 0, "must be >= 0 (0 = auto)"),
         ("device", base.device != "cuda" or search.resources.gpu > 0,
          "cuda needs search.resources.gpu > 0: Ray hides the GPUs from trials that ask for none"),
     ]
@@ -200,7 +196,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
                  f"{search.budget.trainings} cannot decide search.success.rate {success.rate:g} at confidence "
                  f"{success.confidence:g}: one value needs {needed} seeds, all passing or all failing, to be ruled "
                  f"in or out"))
-    search.stop.validate("search")
+    search.validate_run("search")
     reported = reported_metrics(base)
     require(*((f"search.{key}", not name or name in reported, f"{name} is not a metric of this task's trials (they "
                f"report {', '.join(sorted(m for m in reported if '/' in m))})")

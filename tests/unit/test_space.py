@@ -63,3 +63,18 @@ def test_unknown_sweep_key_suggests_the_closest(tmp_path):
 def test_point_ids_use_short_names_unless_they_collide():
     assert point_id({"task.lengths.low": 3, "seed": 0}) == "low=3,seed=0"
     assert point_id({"task.lengths.low": 3, "model.low": 1}) == "task.lengths.low=3,model.low=1"
+
+
+@pytest.mark.parametrize("key, value, reason", [("pack", -1, "must be >= 0 (0 = auto)"),
+                                                ("max_concurrent", -1, "must be >= 0"),
+                                                ("max_failures", -1, "must be >= 0"),
+                                                ("stop.streak", -1, "must be >= 0")])
+def test_a_grid_and_a_search_check_their_run_keys_alike(key, value, reason):
+    """resources, pack, max_concurrent, max_failures and stop are one section's keys (space.RunConfig) in both."""
+    from sweep.search.config import load_search
+
+    for section, load in (("sweep", lambda o: load_sweep(CONFIGS / "debug_grid.yaml", o)),
+                          ("search", lambda o: load_search(CONFIGS / "debug_search.yaml", o))):
+        with pytest.raises(ConfigError) as info:
+            load([f"{section}.{key}={value}"])
+        assert info.value.key == f"{section}.{key}" and reason in info.value.reason

@@ -16,7 +16,14 @@ import sys
 import threading
 from pathlib import Path
 
+from sweep import stopping
 from trainables.errors import ConfigError
+
+# Stopping (Ctrl-C, SIGTERM) is one line of ours (main), not Ray's: its C++ handler prints a stack dump for SIGTERM, as
+# for a crash, and Tune's own SIGINT handler prints a Tuner.restore() recipe headsweep users do not need. Set before
+# Ray is imported; an environment that sets them keeps its own.
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
 
 EXIT_BAD_INPUT = 2
 # What a shell reports for a command whose reader went away (`headsweep list | head`): killed by SIGPIPE.
@@ -105,6 +112,7 @@ def run() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    stopping.on_sigterm()
     try:
         code = {"train": _train, "grid": _grid, "search": _search, "report": _report, "compare": _compare,
                 "list": _list, "dashboard": _dashboard}[args.verb](args)
@@ -113,12 +121,25 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (sweep/stopping.py)
+        why = stopping.stopped_by()
+        print(f"headsweep: stopped ({'Ctrl-C' if why == signal.SIGINT else why.name}); {_what_resumes(args)}",
+              file=sys.stderr)
+        return 128 + why
     except BrokenPipeError:
         if not _stdout_reader_gone():  # another pipe or socket broke (a worker's): a real error, with its traceback
             raise
         # What is still buffered, and whatever exit handlers print, goes nowhere instead of failing again at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_READER_GONE
+
+
+def _what_resumes(args) -> str:
+    """What a stopped verb leaves and how to go on: grids and searches keep every finished trial and resume."""
+    if args.verb in ("grid", "search"):
+        return (f"its finished trials are in {args.out} (results so far in its tables and report.html); run the same "
+                "command again to resume: nothing finished is trained again")
+    return "nothing was kept that a rerun would not redo"
 
 
 def _stdout_reader_gone() -> bool:

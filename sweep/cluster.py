@@ -16,6 +16,7 @@ from typing import Callable, TypeVar
 import ray
 import ray._private.ray_constants as ray_constants
 
+from sweep import stopping
 from trainables.errors import ConfigError
 
 T = TypeVar("T")
@@ -39,6 +40,7 @@ def connect(address: str | None) -> None:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     else:
         _start_local()
+    stopping.on_sigterm()  # ray.init set Ray's handler, which exits at once
 
 
 def disconnect_while(work: Callable[[], T]) -> T:

@@ -1,4 +1,5 @@
 """`headsweep grid` on a real local Ray: outputs, resumption after a killed driver, a crashed worker, bad resources."""
+import contextlib
 import json
 import os
 import signal
@@ -155,6 +156,37 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path):
     for trial in (out / "trials").iterdir():  # the same answer as a grid never interrupted
         assert_same_metrics(json.loads((trial / "result.json").read_text()),  # a Ray worker's threads, batched
                             train(config.load(trial / "config.yaml")).metrics, rel=1e-4)  # kernels: not bit-equal
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_grid_stopped_by_hand_says_so_in_one_line_and_resumes(tmp_path, stop):
+    """A grid stopped by a scheduler's SIGTERM or by Ctrl-C once a trial has finished: exit 128 + the signal, one line
+    on stderr saying what is kept and how to resume (no Ray stack dump, no Tune restore recipe, no traceback), and
+    the same command again trains only what was left."""
+    config_file, out = tmp_path / "slow_grid.yaml", tmp_path / "out"
+    config_file.write_text(SLOW_GRID.replace("values: [4, 5, 6]", "values: [4, 6]"))  # 4 trials
+    driver = subprocess.Popen([HEADSWEEP, "grid", str(config_file), "--out", str(out)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)  # its own Ray, as on a laptop
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and driver.poll() is None and not finished(out):
+            time.sleep(0.05)
+        driver.send_signal(stop)
+        _, stderr = driver.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # whatever of its local Ray is left
+    done_before = finished(out)
+    assert 1 <= len(done_before) < 4, "the grid should have been stopped midway"
+    assert driver.returncode == 128 + stop
+    assert stderr.strip().splitlines() == [stderr.strip()], stderr  # one line
+    assert stderr.startswith(f"headsweep: stopped ({'SIGTERM' if stop == signal.SIGTERM else 'Ctrl-C'}); ")
+    assert "run the same command again to resume" in stderr
+
+    proc = headsweep("grid", config_file, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = finished(out)
+    assert len(after) == 4 and {name: after[name] for name in done_before} == done_before
 
 
 def is_trial_worker(process: psutil.Process) -> bool:

@@ -1,0 +1,26 @@
+"""Stopping a run by hand: Ctrl-C (SIGINT) and SIGTERM both end as KeyboardInterrupt, so that what finished is
+written (the grid's and the search's `finally`) and the command says so in one line (sweep/cli.py), where Ray's own
+SIGTERM handler would exit at once. The signal that stopped the run is remembered for that line."""
+from __future__ import annotations
+
+import signal
+import threading
+
+_received: list[str] = []
+
+
+def on_sigterm() -> None:
+    """Make SIGTERM stop the run as Ctrl-C does; again after ray.init, which sets a handler of its own. Only from the
+    main thread, as Python allows."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame) -> None:
+    _received.append(signal.Signals(signum).name)
+    raise KeyboardInterrupt
+
+
+def stopped_by() -> signal.Signals:
+    """The signal that stopped the run: SIGTERM if one came, else SIGINT (Ctrl-C)."""
+    return signal.Signals[_received[-1]] if _received else signal.SIGINT

@@ -165,8 +165,11 @@ def test_a_grid_stopped_by_hand_says_so_in_one_line_and_resumes(tmp_path, stop):
     the same command again trains only what was left."""
     config_file, out = tmp_path / "slow_grid.yaml", tmp_path / "out"
     config_file.write_text(SLOW_GRID.replace("values: [4, 5, 6]", "values: [4, 6]"))  # 4 trials
+    # Its own Ray, as on a laptop; SIGINT as a terminal leaves it (a test run in the background inherits it ignored,
+    # and a Python started with SIGINT ignored keeps ignoring it, as a background job should).
     driver = subprocess.Popen([HEADSWEEP, "grid", str(config_file), "--out", str(out)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True)  # its own Ray, as on a laptop
+                              stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 300
         while time.time() < deadline and driver.poll() is None and not finished(out):

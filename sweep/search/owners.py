@@ -27,6 +27,7 @@ Only Optuna's public API is used, so resumable studies do not rest on its intern
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -110,14 +111,19 @@ def fail_zombies(study: optuna.Study, mine_too: bool = False) -> list[int]:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if alive(trial) and not (mine_too and mine(trial, me)):
             continue
-        # Marked before it is failed: a driver killed in between leaves a marked RUNNING trial, a zombie still.
-        study.set_user_attr(f"{ZOMBIE} {trial.number}", True)
-        try:  # skip_if_finished: another driver failed it first
-            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-        except optuna.exceptions.UpdateFinishedTrialError:  # another driver failed it between tell's read and write
-            pass
+        fail_as_zombie(study, trial.number)
         failed.append(trial.number)
     return failed
+
+
+def fail_as_zombie(study: optuna.Study, number: int) -> None:
+    """Fail a RUNNING trial so that its candidate is asked again with the same seeds (zombies())."""
+    # Marked before it is failed: a driver killed in between leaves a marked RUNNING trial, a zombie still.
+    study.set_user_attr(f"{ZOMBIE} {number}", True)
+    try:  # skip_if_finished: another driver failed it first
+        study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+    except optuna.exceptions.UpdateFinishedTrialError:  # another driver failed it between tell's read and write
+        pass
 
 
 def zombies(study: optuna.Study) -> set[int]:
@@ -196,6 +202,15 @@ class Heartbeat:
 
     def stop(self) -> None:
         self.stopped.set()
+
+    def fail_all(self) -> None:
+        """Fail this driver's trials in training (it is being stopped): a driver on another host resumes them at once
+        instead of waiting STALE_S for their heartbeat to age. Best effort: the storage may be what failed."""
+        with self.lock:
+            for trial in list(self.trials):
+                with contextlib.suppress(Exception):
+                    fail_as_zombie(trial.study, trial.number)
+            self.trials.clear()
 
     def _run(self) -> None:
         while not self.stopped.wait(self.interval):

@@ -37,9 +37,11 @@ def write(out: Path, base: config.Config, search: SearchConfig, studies: dict, a
 
 
 def trial_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out: Path) -> pd.DataFrame:
-    """One row per Tune trial: study, slice keys, candidate, seed, Optuna state and number, whether the candidate
-    succeeded (feasible), final metrics. The candidate is the knob value, or a name of the params without a knob."""
-    rows = []
+    """One row per trained seed: study, slice keys, candidate, seed, Optuna state and number, whether the candidate
+    succeeded (feasible), final metrics. The candidate is the knob value, or a name of the params without a knob.
+    A seed asked again after its Optuna trial failed (a driver stopped mid-evaluation: the same seeds, results reused)
+    is one row, under the latest trial that asked it."""
+    rows = {}
     for sl in all_slices:
         for trial in studies[sl.study_name].get_trials(deepcopy=False):
             if "seed_list" not in trial.user_attrs:  # pruned before training
@@ -50,10 +52,11 @@ def trial_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out
                 point = sl.point | candidate | {"seed": seed}
                 error = read_error(point, out)
                 result = read_result(point, out) or {"status": "error" if error else "unfinished", "error": error}
-                rows.append({"study": sl.study_name, **point,
-                             "candidate": candidate[search.knob.key] if search.knob.key else point_id(candidate),
-                             "state": trial.state.name, "optuna_trial": trial.number, "feasible": feasible} | result)
-    return pd.DataFrame(rows)
+                rows[sl.study_name, point_id(point)] = {
+                    "study": sl.study_name, **point,
+                    "candidate": candidate[search.knob.key] if search.knob.key else point_id(candidate),
+                    "state": trial.state.name, "optuna_trial": trial.number, "feasible": feasible} | result
+    return pd.DataFrame(rows.values())
 
 
 def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchConfig,

@@ -95,6 +95,41 @@ def test_zombies_are_failed_and_their_candidate_asked_again_with_the_same_seeds(
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     first = completed(studies[sl.study_name])[0]
     assert first.params == zombie.params and first.user_attrs["seed_list"][0] == 0
+    # trials.csv has one row per trained seed: the zombie's seed appears once, under the trial that re-asked it
+    frame = tables.trial_rows(studies, all_slices, search, tmp_path)
+    assert not frame.duplicated(["study", "task.lengths.width", "seed"]).any()
+    again = frame[(frame["study"] == sl.study_name) & (frame["optuna_trial"] == first.number)]
+    assert len(again) == len(first.user_attrs["seed_list"]) and set(again["state"]) == {"COMPLETE"}
+
+
+def test_a_stopped_driver_fails_its_trials_in_training_so_no_driver_waits_for_their_heartbeat(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM (a Slurm requeue) mid-round: the trials this driver was training are failed as zombies on
+    the way out, not left RUNNING for STALE_S (a driver on another host would wait for their heartbeat to age), and
+    the resumed search asks their candidates again with the same seeds."""
+    stopped = []
+
+    def stopped_mid_round(base, search, rounds, out, summary=None, job_type="search", **packing):
+        stopped.append(next(rounds))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuner, "run_rounds", stopped_mid_round)
+    base, search, all_slices, studies, storage = setup(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
+    failed = {}
+    for name, study in studies.items():
+        trials = study.get_trials()  # a guided search's first round asks in its pilot slices only
+        assert {t.state for t in trials} <= {optuna.trial.TrialState.FAIL}
+        assert owners.zombies(study) == {t.number for t in trials}
+        failed[name] = [(t.params, t.user_attrs["seed_list"]) for t in trials]
+    assert sum(len(f) for f in failed.values()) and stopped[0]
+
+    fake_executor(monkeypatch, lambda point, m: 1.0 if point["task.lengths.width"] >= WIDTH_NEEDED else 0.2)
+    studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}  # as a re-run would
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
+    for name, study in studies.items():
+        again = completed(study)[:len(failed[name])]
+        assert [(t.params, t.user_attrs["seed_list"]) for t in again] == failed[name]
 
 
 def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_width_tune):
@@ -158,7 +193,18 @@ def test_the_progress_line_counts_trained_members_and_estimates_what_is_left(tmp
     (tmp_path / "trials" / "c" / "result.json").write_text("{}")  # one finished since the view started
     line = view.line(["RUNNING", "TERMINATED", "ERROR"])
     assert line.startswith("grid  3/4 trained  1 running  1 failed") and line.endswith("1 generalize OOD")
-    assert "ETA" in line and ("/s" in line or "/h" in line)
+    assert "ETA" in line and "/min  " in line
+
+
+def test_the_progress_rate_is_trainings_per_minute_whatever_the_speed():
+    """One unit: a slow transformer search and a fast one-step grid both read in trainings per minute."""
+    from sweep.progress import _per_minute
+
+    assert _per_minute(0.0) == "0.00/min"
+    assert _per_minute(1 / 3600) == "0.02/min"  # one an hour
+    assert _per_minute(144 / 3000) == "2.9/min"  # 144 trainings in 50 minutes
+    assert _per_minute(3.9) == "234/min"  # 3.9 a second
+    assert all(not text.endswith(("/s", "/h")) for text in map(_per_minute, (0.001, 0.1, 1.0, 10.0)))
 
 
 def test_a_diverged_seed_counts_as_a_failure_whatever_its_last_finite_evaluation(tmp_path, monkeypatch):

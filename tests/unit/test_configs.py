@@ -44,3 +44,18 @@ def test_config_yaml_is_omegaconfs_text(path):
     expected = OmegaConf.to_yaml(OmegaConf.structured(base)) + "".join(
         OmegaConf.to_yaml({name: OmegaConf.structured(section)}) for name, section in sections.items())
     assert config.to_yaml(base, **sections) == expected
+
+
+def test_the_transformer_quickstart_is_the_transformer_search_cut_to_two_slices_and_4000_steps():
+    """Its header promises the model, task and success of configs/transformer_search.yaml and compares their
+    verdicts: only the name, the step cap, the slices (l0 in {2, 4}, one trigger) and the knob's range may differ."""
+    (quick, quick_search), (full, full_search) = (load_search(CONFIGS / name, []) for name in
+                                                  ("transformer_quickstart.yaml", "transformer_search.yaml"))
+    quick, full = config.to_dict(quick), config.to_dict(full)
+    assert quick["optim"].pop("max_steps") == 4000 and full["optim"].pop("max_steps") == 15000
+    for cfg in (quick, full):
+        del cfg["name"], cfg["task"]["lengths"], cfg["task"]["n_triggers"]
+    assert quick == full
+    assert quick_search.success == full_search.success and quick_search.stop == full_search.stop
+    assert quick_search.knob.key == full_search.knob.key and quick_search.budget == full_search.budget
+    assert [(s.key, s.values) for s in quick_search.slices] == [("task.lengths.low", [2, 4])]

@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -68,6 +68,7 @@ class Job:
 
 
 def slurm_conf(base: Path, cluster: str, ctld_port: int, slurmd_port: int, munge_socket: Path) -> str:
+    # JobRequeue=0, as at many sites: a job is requeueable only by the script's own `#SBATCH --requeue`.
     first_job_id = secrets.randbelow(50_000_000) + 1_000_000  # /tmp/headsweep-<id> must not collide with another run
     return f"""\
 ClusterName={cluster}
@@ -96,6 +97,7 @@ SchedulerType=sched/backfill
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
+JobRequeue=0
 FirstJobId={first_job_id}
 SlurmdParameters=config_overrides
 NodeName={NODE} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} State=UNKNOWN
@@ -350,6 +352,45 @@ def test_a_running_jobs_ray_answers_only_its_token_and_scancel_stops_it(slurm):
     assert not leftovers(slurm, job)
 
 
+def test_a_requeued_job_resumes_its_grid_and_trains_no_finished_trial_again(slurm):
+    # `scontrol requeue` does to a running job what preemption with PreemptMode=REQUEUE does: SIGCONT and SIGTERM to
+    # all of it, back to PENDING, then the same script again, same job id, same arguments (the header's --requeue).
+    # Eight points, one member per trial and one trial at a time, each 1-2 s of training here (n_samples): once the
+    # first has finished, the requeue's SIGTERM (well under a second later) finds seven still to train, 7-14 s of work.
+    out = slurm.base / "runs" / "requeued"
+    job = submit(slurm, "grid", "configs/debug_grid.yaml", "sweep.max_concurrent=1", "sweep.pack=1",
+                 "model.n_samples_V=131072", "model.n_samples_KQ=131072", "--out", str(out))
+    wait_for(lambda: finished(out), "finished trial", slurm, job)
+    requeue = slurm.run("scontrol", "requeue", job.id)
+    assert requeue.returncode == 0, requeue.stdout + requeue.stderr + slurm.logs()
+    # Slurm holds a requeued job back for 2 minutes (its begin time); once the first run is gone and the job pending,
+    # what it finished is on disk for good, and the job may start again at once.
+    wait_for(lambda: job_fields(slurm, job)["JobState"] == "PENDING" or "requeued, restart 1" in job.text(),
+             "first run's end", slurm, job)
+    before = finished(out)
+    slurm.run("scontrol", "update", f"JobId={job.id}", "StartTime=now")  # fails harmlessly if it already started
+    fields = wait_for_end(slurm, job)
+    text = job.text()
+
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), text[-4000:]
+    # One output, appended to (--open-mode=append): the first run stopped by the requeue, then the second run.
+    restart = "requeued, restart 1: the sweep resumes from its --out"
+    assert text.count(restart) == 1, text[-4000:]
+    first, second = text.split(restart)
+    assert "headsweep: stopped (SIGTERM)" in first and "done, exit code 143" in first, first[-4000:]
+    assert "Ray cluster up" in second and "done, exit code 0" in second
+    # The second run found the first run's trials finished, trained the others, and never the first run's again.
+    assert 1 <= len(before) < 8, before
+    assert f"debug_grid  {len(before)}/8 trained" in second, second[-4000:]
+    after = finished(out)
+    assert len(after) == 8 and {name: after[name] for name in before} == before, (before, after)
+    frame = pd.read_csv(out / "results.csv")
+    assert len(frame) == 8 and set(frame["status"]) == {"completed"}, frame
+    assert "8 trials: 8 completed" in second
+    # Each run had its own private dir (a requeued run keeps the job id): neither, nor anything of either, is left.
+    assert not leftovers(slurm, job) and not leftovers(slurm, replace(job, tmp=f"{job.tmp}-1"))
+
+
 def http_status(url: str, token: str | None) -> int:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -359,3 +400,8 @@ def http_status(url: str, token: str | None) -> int:
         return e.code
     except OSError:
         return 0  # not listening yet
+
+
+def finished(out: Path) -> dict[str, int]:
+    """Trial dir name -> its result.json's mtime (ns), for every finished trial of a grid's --out."""
+    return {p.parent.name: p.stat().st_mtime_ns for p in (out / "trials").glob("*/result.json")}

@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	@echo "One-step model (SPEC §2), diverse lengths Unif{3..15}: expect ood/acc near 1 (induction head)"
+	@echo "One-step model (docs/TASKS.md, one_step), diverse lengths Unif{3..15}: expect ood/acc near 1 (induction head)"
 	$(BIN)/headsweep train configs/paper_theory.yaml task.lengths.low=3 task.lengths.high=15 --out runs/demo/wide
 	@echo "Same model, narrow lengths Unif{14..15}: expect ood/acc far below 1 (positional shortcut)"
 	$(BIN)/headsweep train configs/paper_theory.yaml task.lengths.low=14 task.lengths.high=15 --out runs/demo/narrow

@@ -125,6 +125,15 @@ def minimal_value(values: list[int], pooled: dict[int, Evidence], min_rate: floa
     return values[span[1]] if span else None
 
 
+class NothingLeft(RuntimeError):
+    """The sampler has no value left to ask: another driver's result settled the study between this driver's
+    wants_more and its ask. Carries the number of the trial study.ask had already created, for the caller to fail."""
+
+    def __init__(self, sampler: str, number: int):
+        super().__init__(f"{sampler}: nothing left to evaluate (trial {number})")
+        self.number = number
+
+
 class _OneKnobSampler(BaseSampler):
     """A sampler that decides one integer knob from the study's completed trials alone (no other parameters)."""
 
@@ -141,9 +150,11 @@ class _OneKnobSampler(BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name: str, param_distribution: BaseDistribution):
+        if param_name != self.key:
+            raise RuntimeError(f"{type(self).__name__} decides {self.key} alone, not {param_name}")
         value = self.next(study)
-        if param_name != self.key or value is None:
-            raise RuntimeError(f"{type(self).__name__} asked for {param_name} with nothing left to evaluate")
+        if value is None:
+            raise NothingLeft(type(self).__name__, trial.number)
         return value
 
 

@@ -278,8 +278,13 @@ def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base
     """One candidate as [(study, trial, its points, one per seed)], or [] if Optuna proposed an invalid one (told
     PRUNED with the reason: a value a constraint excludes, or a config that cannot exist such as all-zero weights),
     or None if another driver asked in this study at the same moment and goes ahead (told FAIL with lost_to; never
-    trained)."""
-    trial, in_flight = owners.ask(study, sl.distributions(search.knob.key))
+    trained), or if another driver's result settled the study since wants_more said it wanted more (the trial the
+    sampler found nothing for is failed; it has no candidate)."""
+    try:
+        trial, in_flight = owners.ask(study, sl.distributions(search.knob.key))
+    except bisection.NothingLeft as nothing:
+        study.tell(nothing.number, state=TrialState.FAIL, skip_if_finished=True)
+        return None
     trial.set_user_attr("round", round_index)
     winner = owners.lost_to(in_flight)
     if winner is not None:

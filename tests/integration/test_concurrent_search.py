@@ -17,6 +17,7 @@ from tests.integration.conftest import HEADSWEEP, UNGUIDED_SEARCH, headsweep
 
 ARGS = UNGUIDED_SEARCH
 ONE_SLICE = "search.slices=[{key: task.lengths.low, values: [4]}]"
+KNOB = "task.lengths.width"
 
 
 def run_two(out: Path, *extra, env=None) -> list[subprocess.CompletedProcess]:
@@ -32,15 +33,24 @@ def answer(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "min_diversity.csv").drop(columns=["study"])
 
 
-def assert_shared_without_duplicates(out: Path, single: Path, procs: list[subprocess.CompletedProcess]) -> None:
+def assert_shared_without_duplicates(out: Path, single: Path, procs: list[subprocess.CompletedProcess],
+                                     storage: str | None = None) -> None:
     for proc in procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout.splitlines()[-4:] == procs[0].stdout.splitlines()[-4:], \
             f"the drivers printed different answers:\n{procs[0].stdout[-1500:]}\n---\n{proc.stdout[-1500:]}"  # both whole
     assert answer(out).equals(answer(single))  # n_trials included: no evaluation more than alone
     trials = pd.read_csv(out / "trials.csv")
-    assert not trials.duplicated(["study", "candidate", "seed"]).any()  # no (slice, width, seed) trained twice
-    assert (trials["state"] == "COMPLETE").all()
+    assert not trials.duplicated(["study", "candidate", "seed"]).any() and (trials["state"] == "COMPLETE").all()
+    # trials.csv keeps one row per trained seed, so ask the studies themselves: no trial failed and asked again, no
+    # (width, seed) asked twice
+    storage = storage or optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    for summary in optuna.get_all_study_summaries(storage):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        assert {t.state for t in study.trials} == {optuna.trial.TrialState.COMPLETE}, study.study_name
+        asked = [(t.params[KNOB], seed) for t in study.trials for seed in t.user_attrs["seed_list"]]
+        assert len(asked) == len(set(asked)), (study.study_name, asked)
     assert len(list((out / "ray").glob("search-*"))) == 2  # one Tune experiment each, never shared
 
 
@@ -61,7 +71,7 @@ def test_two_drivers_share_postgresql_and_its_password_shows_nowhere(unguided_se
     ray_tmp = Path(tempfile.mkdtemp(prefix="hs-ray-"))  # the drivers' Ray logs too (a short path: Ray's sockets)
     try:
         procs = run_two(out, "--storage", url, env=os.environ | {"RAY_TMPDIR": str(ray_tmp)})
-        assert_shared_without_duplicates(out, unguided_search, procs)
+        assert_shared_without_duplicates(out, unguided_search, procs, storage=url)
         assert not (out / "study.journal").exists()
         secret = postgres.password.encode()
         leaks = [p for root in (out, ray_tmp) for p in root.rglob("*")

@@ -15,6 +15,7 @@ from sweep.search.config import STREAK, SuccessConfig, load_search
 from sweep.out_dir import OutDir
 from tests.conftest import CONFIGS
 from tests.unit.conftest import WIDTH_NEEDED, fake_executor
+from trainables import config
 from trainables.errors import ConfigError
 from trainables.io import ERROR_FILE, atomic_write, write_json
 
@@ -130,6 +131,24 @@ def test_a_stopped_driver_fails_its_trials_in_training_so_no_driver_waits_for_th
     for name, study in studies.items():
         again = completed(study)[:len(failed[name])]
         assert [(t.params, t.user_attrs["seed_list"]) for t in again] == failed[name]
+
+
+@pytest.mark.parametrize("sampler", ["threshold", "bisection"])
+def test_a_study_settled_by_another_driver_between_wants_more_and_ask_is_left_alone(tmp_path, fake_width_tune,
+                                                                                   sampler):
+    """Two drivers: one saw the study wanting more, then the other's result settled it before the first asked
+    (seen under load with PostgreSQL). The first driver's ask gives way, as to a simultaneous ask, instead of
+    crashing on the sampler's "nothing left"; the trial study.ask had created is failed, not left RUNNING."""
+    base, search, all_slices, studies, _ = setup(tmp_path, f"search.sampler={sampler}")
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)  # every study settled
+    sl = all_slices[0]
+    study = studies[sl.study_name]
+    before = len(study.get_trials())
+    assert study.sampler.next(study) is None
+    assert loop.ask(study, sl, search, [], config.to_dict(base), round_index=99) is None
+    trials = study.get_trials()
+    assert len(trials) == before + 1 and trials[-1].state == optuna.trial.TrialState.FAIL and not trials[-1].params
+    assert not any(t.state == optuna.trial.TrialState.RUNNING for t in trials)
 
 
 def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_width_tune):

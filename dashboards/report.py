@@ -7,7 +7,8 @@ What it reads (DESIGN's output-dir contract): config.yaml (the task, the model, 
 result.json / results.csv / trials.csv for the numbers, metrics.jsonl for the curves, attention.npz for the
 attention gallery (drawn by the task's and the model's figures, as the W&B media are), min_diversity.csv or best.csv
 for a search. What is task-specific (headline metrics, the diversity measure, the theory's reference values, the
-figures' landmarks) comes from the task registry; nothing here names a task's keys.
+figures' landmarks) comes from the task registry: the task, and how it is shown from its view (view_of); nothing
+here names a task's keys.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from dashboards.html import Section, gallery, render_table, write_report
 from trainables import config, readouts
 from trainables.errors import ConfigError
 from trainables.io import FINISHED, atomic_write, parse_shape, read_json, read_jsonl
-from trainables.tasks import DEFAULT, TASKS, Task, task_of
+from trainables.tasks import DEFAULT, TASKS, Task, TaskView, task_of, view_of
 from trainables.verdicts import OWN_VERDICT
 
 GALLERY_TRIALS = 4  # trials whose attention figures a grid or search report shows, spread over the diversity measure
@@ -38,24 +39,25 @@ def build(out: str | Path) -> Path:
     kind = detect(out)
     cfg = read_config(out / "config.yaml")
     task = task_of(cfg) if cfg else TASKS[DEFAULT]
+    view = view_of(task)  # how the task is shown: headline and table columns, labels, figures
     trials = [out] if kind == "train" else trial_dirs(out)
     frame = _results(out, kind, trials)
     finished = frame[frame["status"].isin(FINISHED)] if "status" in frame else frame
 
-    sections = [Section("Summary", html=_summary_html(kind, frame, task))]
+    sections = [Section("Summary", html=_summary_html(kind, frame, view))]
     if kind == "grid":
-        sections += _phase_diagram(out, finished, cfg, task)
+        sections += _phase_diagram(out, finished, cfg, view)
     elif (out / "best.csv").exists():
         sections += _shape_search(out, frame, cfg, task)
     elif (out / "min_diversity.csv").exists():
         # a seed stopped once its candidate was decided has no verdict of its own: its metrics are no cell's evidence
         judged = finished[finished["status"].isin(OWN_VERDICT)] if "status" in finished else finished
         sections += _threshold_search(out, judged, cfg, task)
-    sections += _curves(trials, finished, task)
-    sections += _gallery(trials, kind, cfg, task)
+    sections += _curves(trials, finished, view)
+    sections += _gallery(trials, kind, cfg, view)
     if not frame.empty:
         heading = "Result" if kind == "train" else "Results (one row per trial)"
-        sections.append(Section(heading, table=frame[_table_columns(out, frame, task)]))
+        sections.append(Section(heading, table=frame[_table_columns(out, frame, view)]))
     if (out / "config.yaml").exists():
         sections.append(Section("Config", text=(out / "config.yaml").read_text()))
     name = (cfg or {}).get("name") or out.name
@@ -101,21 +103,21 @@ def _results(out: Path, kind: str, trials: list[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _summary_html(kind: str, frame: pd.DataFrame, task: Task) -> str:
+def _summary_html(kind: str, frame: pd.DataFrame, view: TaskView) -> str:
     if frame.empty or "status" not in frame.columns:
         return "<p>No finished trial yet.</p>"
     if kind == "train":
         row = frame.iloc[0]
-        fields = [f"{k} = {row[k]:.3f}" for k in task.headline if isinstance(row.get(k), float)]
+        fields = [f"{k} = {row[k]:.3f}" for k in view.headline if isinstance(row.get(k), float)]
         return f"<p>Status: {row['status']}; " + ", ".join(fields) + ".</p>"
     counts = frame["status"].value_counts().to_dict()
     return f"<p>{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items()) + ".</p>"
 
 
-def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, task: Task) -> list[Section]:
+def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, view: TaskView) -> list[Section]:
     """The sweep's phase diagram, drawn from the results and written to phase_diagram.png beside them; the saved
     picture when the results cannot be drawn (a grid from another version, a column missing)."""
-    sweep = (cfg or {}).get("sweep") or {}
+    task, sweep = view.task, (cfg or {}).get("sweep") or {}
     keys = [axis["key"] for axis in sweep.get("axes", [])]
     diagram = sweep.get("phase_diagram", {})
     x = diagram.get("x") or (keys[0] if keys else None)
@@ -124,7 +126,7 @@ def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, task: Ta
     if x in keys and y in keys and len(finished):
         try:
             figure = figures.phase_diagram(finished, x, y, metric, ratio_level=level, ratio_metric=task.diversity_axis,
-                                           ratio_label=task.short_names.get(task.diversity_axis, ""),
+                                           ratio_label=view.short_names.get(task.diversity_axis, ""),
                                            panels=[k for k in keys if k not in (x, y)])
         except ValueError:
             figure = None
@@ -275,17 +277,17 @@ def slice_configs(cfg: dict, rows: pd.DataFrame, keys: list[str]) -> list[config
     return configs
 
 
-def _curves(trials: list[Path], finished: pd.DataFrame, task: Task) -> list[Section]:
+def _curves(trials: list[Path], finished: pd.DataFrame, view: TaskView) -> list[Section]:
     """Final headline metrics against the diversity measure (several trials), and curves over steps when trials
     evaluated more than once."""
     sections = []
-    axis = task.diversity_axis
-    shown = [m for m in task.headline if not m.startswith("data/") and m in finished.columns]
+    axis = view.task.diversity_axis
+    shown = [m for m in view.headline if not m.startswith("data/") and m in finished.columns]
     varies = axis in finished.columns and finished[axis].nunique() > 1  # a constant axis says nothing
     if len(trials) > 1 and varies and shown:
         x = pd.to_numeric(finished[axis], errors="coerce").to_numpy()
         figure = figures.against(x, {m: pd.to_numeric(finished[m], errors="coerce").to_numpy() for m in shown},
-                                 task.diversity_label or axis)
+                                 view.diversity_label or axis)
         sections.append(Section(f"Final metrics against {axis}, one point per trial",
                                 image_png=figures.png_bytes(figure),
                                 alt=f"final metrics against {axis}"))
@@ -294,20 +296,20 @@ def _curves(trials: list[Path], finished: pd.DataFrame, task: Task) -> list[Sect
     if not runs or (len(runs) > 1 and max(len(records) for records in runs.values()) < 2):
         return sections  # one evaluation per trial (the one-step model): the scatter above says it all
     if len(runs) == 1:
-        figure = figures.curves(runs, task.curve_metrics)
+        figure = figures.curves(runs, view.curve_metrics)
         return sections + [Section("Learning curves (metrics.jsonl)", image_png=figures.png_bytes(figure),
                                    alt="loss and accuracy over training steps")]
     colours = {name: records[-1].get(axis) for name, records in runs.items()}
-    figure = figures.curves(runs, task.curve_metrics, colour_by=colours, colour_label=task.diversity_label or axis)
+    figure = figures.curves(runs, view.curve_metrics, colour_by=colours, colour_label=view.diversity_label or axis)
     return sections + [Section(f"Learning curves of {len(runs)} trials, coloured by {axis}",
                                image_png=figures.png_bytes(figure),
                                alt="loss and accuracy over training steps, one line per trial")]
 
 
-def _gallery(trials: list[Path], kind: str, cfg: dict | None, task: Task) -> list[Section]:
+def _gallery(trials: list[Path], kind: str, cfg: dict | None, view: TaskView) -> list[Section]:
     """Every figure of the chosen trials' attention.npz: all of a train run; a few trials of a grid or search,
     spread from the most to the least diverse."""
-    with_arrays = [t for t in trials if (t / "attention.npz").exists()]
+    task, with_arrays = view.task, [t for t in trials if (t / "attention.npz").exists()]
     if not with_arrays:
         return []
     first_axis = next(iter(((cfg or {}).get("sweep") or {}).get("axes", [])), {}).get("key")
@@ -330,7 +332,7 @@ def _gallery(trials: list[Path], kind: str, cfg: dict | None, task: Task) -> lis
         return []
     title = "Attention gallery (attention.npz)" if kind == "train" else \
         f"Attention gallery: {len(chosen)} of {len(with_arrays)} trials, {spread_over}"
-    return [Section(title, html=f"<p>{html.escape(task.figure_note)}</p>\n" + "\n".join(parts))]
+    return [Section(title, html=f"<p>{html.escape(view.figure_note)}</p>\n" + "\n".join(parts))]
 
 
 def _spread(trials: list[Path], task: Task, first_axis: str | None = None) -> tuple[list[Path], str]:
@@ -366,7 +368,7 @@ def _dotted(cfg: dict, key: str):
     return cfg
 
 
-def _table_columns(out: Path, frame: pd.DataFrame, task: Task) -> list[str]:
+def _table_columns(out: Path, frame: pd.DataFrame, view: TaskView) -> list[str]:
     """Swept keys and the trial's name first (a search's study, candidate and state too), then the task's table
     columns that are present, then the error if any trial has one."""
     swept = [c for c in frame.columns if "." in c and "/" not in c]
@@ -374,7 +376,7 @@ def _table_columns(out: Path, frame: pd.DataFrame, task: Task) -> list[str]:
     first += [c for c in ("seed", "trial") if c in frame.columns and c not in swept]
     if not (out / "trials").is_dir():
         first = [c for c in first if c != "trial"]  # a train dir: the row is the run itself
-    metrics = [c for c in (*task.table_columns, "status", "steps", "seconds") if c in frame.columns]
+    metrics = [c for c in (*view.table_columns, "status", "steps", "seconds") if c in frame.columns]
     error = ["error"] if "error" in frame.columns and frame["error"].fillna("").astype(str).str.len().any() else []
     return list(dict.fromkeys(first + metrics + error))
 

@@ -1,8 +1,8 @@
 """The W&B workspace and report reviewers open, defined with wandb-workspaces.
 
-Both are built offline (pure pydantic objects); only `push` talks to the server. The panels are the task's
-(`Task.dashboard`, plain data): they name metrics exactly as the trials log them and group runs by the diversity
-measures that WandbSink copies into each run's config (`data/width`, ...): flat keys without dots, which
+Both are built offline (pure pydantic objects); only `push` talks to the server. The panels are the task's view's
+(`view_of(task).dashboard`, plain data): they name metrics exactly as the trials log them and group runs by the
+diversity measures that WandbSink copies into each run's config (`data/width`, ...): flat keys without dots, which
 wandb-workspaces maps onto W&B's config paths unambiguously.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
 from trainables.io import atomic_write
-from trainables.tasks import Panel, Task
+from trainables.tasks import Panel, Task, view_of
 
 WORKSPACE_NAME = "headsweep: diversity vs induction heads"
 REPORT_TITLE = "When does a transformer learn an induction head? Data diversity sweeps"
@@ -36,7 +36,7 @@ def panel(spec: Panel):
 
 def sections(task: Task) -> list[tuple[str, str, list]]:
     """(section name, the question it answers, panels) of a task, shared by the workspace and the report."""
-    return [(section.name, section.intro, [panel(p) for p in section.panels]) for section in task.dashboard]
+    return [(section.name, section.intro, [panel(p) for p in section.panels]) for section in view_of(task).dashboard]
 
 
 def workspace(task: Task, entity: str, project: str, group: str | None = None) -> ws.Workspace:
@@ -49,7 +49,7 @@ def workspace(task: Task, entity: str, project: str, group: str | None = None) -
         settings=ws.WorkspaceSettings(x_axis="Step", max_runs=200),
         runset_settings=ws.RunsetSettings(
             filters=f"Metric('group') == '{group}'" if group else "",
-            pinned_columns=["run:displayName", *(f"summary:{m}" for m in task.headline), "summary:status"],
+            pinned_columns=["run:displayName", *(f"summary:{m}" for m in view_of(task).headline), "summary:status"],
         ),
     )
 

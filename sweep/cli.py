@@ -156,14 +156,14 @@ def _train(args) -> int:
     from trainables import config
     from trainables.io import claim_out, create_out, read_json
     from trainables.logger import trial_logger
-    from trainables.tasks import task_of
+    from trainables.tasks import task_of, view_of
     from trainables.train import save, train
 
     if str(args.out).startswith("s3:/"):  # Path("s3://b/p") reads s3:/b/p
         raise ConfigError("--out", "train writes a local directory; an s3:// place is for grid and search")
     cfg = config.load(args.config, args.overrides)
     resolved = config.to_yaml(cfg)
-    out, headline = args.out, task_of(cfg).headline
+    out, headline = args.out, view_of(task_of(cfg)).headline
     claim_out(out, resolved)
     if (out / "result.json").exists():
         print(f"already finished: {_summary(read_json(out / 'result.json'), headline)}  [{out}]")

@@ -14,7 +14,7 @@ from sweep import cluster, packing, preflight, space, tuner
 from sweep.out_dir import OutDir
 from trainables import config
 from trainables.io import atomic_write, claim_out, create_out, read_json
-from trainables.tasks import task_of
+from trainables.tasks import task_of, view_of
 
 FIRST_COLUMNS = ["trial", "status", "error", "seconds"]
 
@@ -38,7 +38,7 @@ def run(config_path: str, overrides: list[str], out_arg: str, address: str | Non
     finally:  # even when interrupted: what finished is in results.csv and the report
         frame = cluster.disconnect_while(lambda: write_results(out, points, errors))
     keys = [axis.key for axis in sweep.axes] + ["seed"]
-    shown = keys + [c for c in (*task_of(base).headline, "status") if c in frame.columns]
+    shown = keys + [c for c in (*view_of(task_of(base)).headline, "status") if c in frame.columns]
     print(frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False))
     counts = frame["status"].value_counts().to_dict()
     print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())

@@ -1,4 +1,4 @@
-"""The figures of a task that draws none of its own (Task.figures_module unset): every layer and head's full causal
+"""The figures of a task that draws none of its own (its view's figures_module unset, trainables/tasks/view.py): every layer and head's full causal
 attention pattern on the first OOD example, where the model has attention (`patterns` in attention.npz); nothing
 otherwise. The figures module contract: all_figures, all_images and NOTE."""
 from __future__ import annotations

@@ -11,7 +11,7 @@ import torch
 
 from trainables.cache import pattern_at, patterns
 from trainables.models import MODELS
-from trainables.tasks import Batch, task_of
+from trainables.tasks import Batch, task_of, view_of
 
 
 @torch.no_grad()
@@ -47,12 +47,12 @@ def matrices(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def trial_figures(cfg, arrays: dict[str, np.ndarray]) -> dict:
     """Media key -> Figure: the task's figures of the arrays, then the model's (the report's attention gallery).
     cfg: a Config or a plain dict (an output directory's config.yaml)."""
-    return task_of(cfg).figures(arrays) | _model(cfg).figures(arrays)
+    return view_of(task_of(cfg)).figures(arrays) | _model(cfg).figures(arrays)
 
 
 def trial_images(cfg, arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
     """Media key -> (uint8 image, caption): the same arrays as plain heatmaps, the task's then the model's (W&B)."""
-    return task_of(cfg).images(arrays) | _model(cfg).images(arrays)
+    return view_of(task_of(cfg)).images(arrays) | _model(cfg).images(arrays)
 
 
 def _model(cfg):

@@ -16,7 +16,7 @@ from tests.unit.test_registries import load as small
 from trainables import config, readouts, registry
 from trainables.errors import ConfigError
 from trainables.models import MODELS
-from trainables.tasks import TASKS, Batch, Task
+from trainables.tasks import TASKS, Batch, Task, view_of
 from trainables.train import train
 
 REPEAT, MIXER = "tests.plugins.repeat:TASK", "tests.plugins.mean_mixer:SPEC"
@@ -161,12 +161,13 @@ def test_a_task_with_only_the_required_hooks_gets_working_defaults():
     cfg = load(f"task.name={REPEAT}", f"model.name={MIXER}")
     assert task.diversity_axis == "data/n_train_strings" and not task.small_is_diverse
     assert task.diversity(cfg.task) == {"data/n_train_strings": 64.0}
-    assert task.headline == ("ood/acc", "id/acc", "data/n_train_strings") == task.table_columns
-    metrics = {m for section in task.dashboard for panel in section.panels for m in panel.metrics}
+    view = view_of(task)  # no view of its own: the defaults, drawn from its success metric and diversity axis
+    assert view.headline == ("ood/acc", "id/acc", "data/n_train_strings") == view.table_columns
+    metrics = {m for section in view.dashboard for panel in section.panels for m in panel.metrics}
     assert {"ood/acc", "id/acc", "data/n_train_strings", "train/loss"} <= metrics
-    assert task.figures({}) == {} and task.images({}) == {} and task.figure_note  # nothing to draw without attention
+    assert view.figures({}) == {} and view.images({}) == {} and view.figure_note  # nothing to draw without attention
     patterns = {"patterns": np.full((1, 2, 1, 4, 4), 0.25)}  # (k, n_layers, H, T, T)
-    assert set(task.figures(patterns)) == set(task.images(patterns)) == {"attention/pattern_L0H0",
+    assert set(view.figures(patterns)) == set(view.images(patterns)) == {"attention/pattern_L0H0",
                                                                          "attention/pattern_L1H0"}
     assert Task.diversity(task, cfg.task) == task.diversity(cfg.task)
 
@@ -201,7 +202,7 @@ def test_the_public_api_keeps_its_import_paths():
     from trainables.cache import pattern_at, patterns  # noqa: F401
     from trainables.errors import ConfigError, require  # noqa: F401
     from trainables.models import ModelSpec  # noqa: F401
-    from trainables.tasks import PAD_LABEL, Batch, Panel, PanelSection, Task  # noqa: F401
+    from trainables.tasks import PAD_LABEL, Batch, Panel, PanelSection, Task, TaskView, view_of  # noqa: F401
 
 
 def test_list_shows_every_source_and_a_broken_plugin_on_its_own_line(site, capsys):

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from tests.conftest import CONFIGS
 from trainables import config, readouts
 from trainables.models import MODELS
-from trainables.tasks import TASKS, Batch
+from trainables.tasks import TASKS, Batch, view_of
 from trainables.train import checkpoint, evaluate, init_state, restore, step, train
 
 SMALL = {"transformer": ["model.n_layers=2"], "one_step": ["model.n_samples_V=64", "model.n_samples_KQ=64"]}
@@ -66,8 +66,9 @@ def test_every_task_declares_what_reports_and_searches_read(name):
     assert task.diversity_axis in task.diversity(cfg) and all(k.startswith("data/") for k in task.diversity(cfg))
     assert set(task.theory(cfg)) <= set(task.diversity(cfg)) | {task.success_metric}
     assert "ood" in task.eval_splits(cfg) and "id" in task.eval_splits(cfg)
-    assert set(task.short_names) <= set(task.headline) and task.run_name(cfg)
-    assert all(p.kind in ("line", "scatter", "media") for section in task.dashboard for p in section.panels)
+    view = view_of(task)
+    assert set(view.short_names) <= set(view.headline) and task.run_name(cfg)
+    assert all(p.kind in ("line", "scatter", "media") for section in view.dashboard for p in section.panels)
 
 
 @pytest.mark.parametrize("task, model", PAIRS)
@@ -123,6 +124,6 @@ def test_every_media_panel_of_a_task_shows_an_image_its_runs_log(name):
         cfg = load(name, model, "eval.n_id=32", "eval.n_ood=32", "logging.wandb=false", "optim.max_steps=2",
                    "eval.every=2", *SMALL.get(model, []), *heads)
         logged |= set(readouts.trial_images(config.to_dict(cfg), train(cfg).arrays))
-    panels = {key for section in TASKS[name].dashboard for panel in section.panels if panel.kind == "media"
+    panels = {key for section in view_of(TASKS[name]).dashboard for panel in section.panels if panel.kind == "media"
               for key in panel.metrics}
     assert panels and panels <= logged, panels - logged

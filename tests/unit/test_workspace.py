@@ -3,17 +3,18 @@ import pytest
 
 from dashboards import workspace
 from sweep import cli
-from trainables.tasks import TASKS
+from trainables.tasks import TASKS, view_of
 
 
 @pytest.mark.parametrize("name", TASKS)
 def test_every_task_has_a_workspace_and_report_with_its_sections(name):
     task = TASKS[name]
+    dashboard = view_of(task).dashboard
     spec = workspace.specs(task, "team", "headsweep", group="g")
     sections = spec["workspace"]["spec"]["section"]["panelBankConfig"]["sections"]
-    assert [s["name"] for s in sections] == [section.name for section in task.dashboard]
-    assert sum(len(s["panels"]) for s in sections) == sum(len(section.panels) for section in task.dashboard)
-    assert sum(b["type"] == "panel-grid" for b in spec["report"]["spec"]["blocks"]) == len(task.dashboard)
+    assert [s["name"] for s in sections] == [section.name for section in dashboard]
+    assert sum(len(s["panels"]) for s in sections) == sum(len(section.panels) for section in dashboard)
+    assert sum(b["type"] == "panel-grid" for b in spec["report"]["spec"]["blocks"]) == len(dashboard)
 
 
 def test_an_unknown_task_is_one_line_exit_2(tmp_path, capsys):

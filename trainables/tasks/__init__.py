@@ -1,17 +1,17 @@
 """The Task protocol and the TASKS registry: everything task-specific lives behind it. Public API for plugins
-(docs/EXTENDING.md): Task, Batch, Panel, PanelSection and PAD_LABEL keep these import paths.
+(docs/EXTENDING.md): Task, Batch, PAD_LABEL, and TaskView, Panel, PanelSection (from view.py) keep these import paths.
 
 A task is an instance of a Task subclass: a built-in is one folder under trainables/tasks/ whose package exposes
 TASK; a plugin's lives in its own package, found by entry point or module path (trainables/registry.py). Training,
 the sweeps, W&B and the reports know tasks only through this interface: the config dataclass and its validation,
 the generator (`sample` -> Batch with per-position labels and a loss mask), the evaluation splits and their metrics,
-the diversity measures (`data/*`), the success metric, the theory's reference lines, the figures of a trial's
-arrays and the headline columns that progress tables, reports and W&B panels show. `task.name` in a config picks one.
+the diversity measures (`data/*`), the success metric and the theory's reference lines. How a task is shown (its
+figures, W&B panels, headline columns) is its view's, apart from this protocol (view.py). `task.name` in a config
+picks one.
 """
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -22,6 +22,7 @@ import torch
 
 from trainables.registry import Registry
 from trainables.streams import Draws
+from trainables.tasks.view import TASK_ATTRIBUTES, Panel, PanelSection, TaskView, view_of  # noqa: F401 (public)
 
 
 PAD_LABEL = -1  # the per-position label of padding, in every task
@@ -97,34 +98,14 @@ class Batch:
         return self.targets[self.loss_mask]
 
 
-@dataclass(frozen=True)
-class Panel:
-    """One W&B panel as plain data (trainables imports no wandb; dashboards/workspace.py builds the real panel).
-
-    kind: `line` (y metrics over steps, optionally grouped by a run config key), `scatter` (summary x against
-    summary y: metrics = (x, y)) or `media` (media keys)."""
-
-    kind: str
-    metrics: tuple[str, ...]
-    title: str = ""
-    group_by: str = ""
-
-
-@dataclass(frozen=True)
-class PanelSection:
-    name: str
-    intro: str  # the question the section answers, shown above it in the W&B report
-    panels: tuple[Panel, ...]
-
-
 class Task:
     """What a task must say about itself: the public API of a task plugin (docs/EXTENDING.md).
 
     Required: `name`, `config` (a dataclass with a `name` field: the `task:` section's schema) and the methods
     `validate`, `dims`, `sample` and `eval_splits` (with an `id` and an `ood` split). Every other attribute and
-    method has a default that works: no diversity measures (the first knob's own value is the diversity axis), a
-    dashboard built from the headline metrics, figures of the model's attention patterns (none for a model without
-    attention: the report leaves its gallery out).
+    method has a default that works: no diversity measures (the first knob's own value is the diversity axis), and
+    the default view (view.py: headline columns and a W&B dashboard from the success metric and the diversity axis,
+    figures of the model's attention patterns).
 
     Keys in ConfigErrors are full dotted keys (`task.n_triggers`), so every message names what a user typed.
     """
@@ -134,18 +115,15 @@ class Task:
     success_metric: str = "ood/acc"  # what "generalizes OOD" is read from, against eval.threshold
     success_above: bool = True  # success when the metric is >= the threshold (False: <=, e.g. a loss gap)
     knobs: tuple[str, ...] = ()  # config keys that set the training data's diversity (a search's knob is one of them)
-    diversity_label: str = ""  # how the diversity axis reads on a figure, e.g. "R (small = diverse)"
-    curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels
-    short_names: dict[str, str] = {}  # metric -> a narrow name, where space is short (a figure's contour label)
     member_fields: tuple[str, ...] = ()  # task config fields the members of one pack may differ in, where the task
     # has a batch_sampler (members that differ in any other field are packed apart: population.pack_key)
-    figures_module: str = ""  # the module with all_figures(arrays), all_images(arrays) and NOTE, imported lazily;
-    # "" draws the attention patterns alone (trainables/pattern_figures.py)
+    view: type[TaskView] = TaskView  # how the task is shown: a TaskView subclass in its own folder (view.py)
 
     # Defaults derived from the attributes above; a task overrides any of them with a plain class attribute.
     @property
     def diversity_axis(self) -> str:
-        """The data/* measure reports plot results against: by default the first knob's own value."""
+        """The data/* measure that orders training data by diversity (science, not display: a search states K*_q in
+        it, reports plot results against it): by default the first knob's own value."""
         return self._knob_axis()
 
     def _knob_axis(self) -> str:
@@ -156,20 +134,12 @@ class Task:
         """Whether a smaller diversity_axis means more diverse (a ratio: yes; a count, like a knob's value: no)."""
         return False
 
-    @property
-    def headline(self) -> tuple[str, ...]:
-        """Metrics a trial's one-line summary and the reports show first."""
-        return (self.success_metric, "id/acc", *(a for a in (self.diversity_axis,) if a))
-
-    @property
-    def table_columns(self) -> tuple[str, ...]:
-        """The metrics of the reports' results tables."""
-        return self.headline
-
-    @property
-    def dashboard(self) -> tuple[PanelSection, ...]:
-        """The W&B workspace and report sections: by default the headline metrics, grouped by the diversity axis."""
-        return default_dashboard(self)
+    def __getattr__(self, name: str):
+        # How a task is shown is its view's; code written before views read it off the task (`task.headline`), and
+        # still may. Python asks here only for what the task lacks, so a task's own headline is never shadowed.
+        if name in TASK_ATTRIBUTES:
+            return getattr(view_of(self), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- config -------------------------------------------------------------------------------------------------
     def resolve(self, cfg) -> None:
@@ -241,24 +211,6 @@ class Task:
         final metrics read off them (e.g. trigger copy's all_pairs/acc)."""
         return {}, {}
 
-    def figures(self, arrays: dict[str, np.ndarray]) -> dict:
-        """Media key -> matplotlib Figure of a trial's arrays (attention.npz), for the report. Without a
-        figures_module: each layer and head's full attention pattern, where the model has attention."""
-        return self._figures().all_figures(arrays)
-
-    def images(self, arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
-        """Media key -> (uint8 RGB image, caption): the same arrays as plain heatmaps (figures.heatmap_image), for
-        W&B, where a trial's media must cost a small fraction of the trial."""
-        return self._figures().all_images(arrays)
-
-    @property
-    def figure_note(self) -> str:
-        """One sentence that explains the markers of the task's figures (HTML-escaped by the report)."""
-        return self._figures().NOTE
-
-    def _figures(self):  # matplotlib only once something is drawn
-        return importlib.import_module(self.figures_module or "trainables.pattern_figures")
-
     # --- naming -------------------------------------------------------------------------------------------------
     def run_name(self, cfg) -> str:
         """A short readable name of the data settings (the seed is appended by the caller)."""
@@ -267,27 +219,6 @@ class Task:
     def tags(self, cfg) -> list[str]:
         """W&B tags reviewers filter by, beyond the task's and the model's names."""
         return []
-
-
-def default_dashboard(task: Task) -> tuple[PanelSection, ...]:
-    """W&B sections for a task that defines none: its headline metrics over training, grouped by its diversity axis
-    (which each run's config carries), the axis against the success metric, the attention patterns of the first two
-    layers (trainables/pattern_figures.py; empty for a model without attention), and the training curves."""
-    axis = task.diversity_axis
-    generalization = tuple(Panel("line", (m,), m + (f", grouped by {axis}" if axis else ""), axis)
-                           for m in task.headline if m != axis)
-    if axis:
-        generalization += (Panel("scatter", (axis, task.success_metric),
-                                 f"{axis} against final {task.success_metric}"),)
-    return (PanelSection("OOD generalization by diversity",
-                         f"Does the model generalize out of distribution ({task.success_metric}), and from how much "
-                         "diversity?", generalization),
-            PanelSection("Attention maps", "Per trial, at the end of training: each layer's attention pattern on an "
-                         "OOD example (a model without attention logs none).",
-                         tuple(Panel("media", (f"attention/pattern_L{layer}H0",), f"layer {layer}, head 0")
-                               for layer in (0, 1))),
-            PanelSection("Training", "In-distribution fit: every trial should solve its training distribution.",
-                         tuple(Panel("line", (m,), m) for m in task.curve_metrics)))
 
 
 # The built-ins, named as a plugin package names its tasks in its entry points (trainables/registry.py).

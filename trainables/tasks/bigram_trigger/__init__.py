@@ -19,16 +19,16 @@ import torch
 
 from trainables.errors import require
 from trainables.cache import patterns
-from trainables.tasks import Batch, Panel, PanelSection, Task
+from trainables.tasks import Batch, Task
 from trainables.tasks.bigram_trigger import metrics
 from trainables.tasks.bigram_trigger.bigram import entropy_floor, of
 from trainables.tasks.bigram_trigger.data import (BIGRAMS, LOSS_ON, OUTPUTS, RECALL, TRIGGERS, BigramTriggerConfig,
                                                   sample, train_sampler)
+from trainables.tasks.bigram_trigger.view import BigramTriggerView
 
 BIGRAM_LEARNED = 0.25  # nats of bigram/excess (2.4 at initialisation) at or under which the bigram counts as learned
 HEAD_LEARNED = 0.5  # head/acc at or over which the induction head counts as formed (it rises abruptly)
 READOUT_CHUNK = 32  # sequences per forward pass of the readout: full patterns of long sequences are large
-_BY_OUTPUTS = "data/n_train_outputs"  # W&B runs grouped by the diversity knob
 
 
 class BigramTrigger(Task):
@@ -36,50 +36,14 @@ class BigramTrigger(Task):
 
     name = "bigram_trigger"
     config = BigramTriggerConfig
-    figures_module = "trainables.tasks.bigram_trigger.figures"
+    view = BigramTriggerView
     success_metric = "ood/head_acc"
     knobs = ("task.n_train_outputs",)
     # The knob's output pool is a per-member (P, V) mask, n_readout is readout-only; every other field sets the bigram,
     # the shapes or which code a draw runs, so a pack shares it.
     member_fields = ("n_train_outputs", "n_readout")
     diversity_axis = "data/n_train_outputs"
-    diversity_label = "training outputs (large = diverse)"
     small_is_diverse = False
-    headline = ("ood/head_acc", "head/acc", "late/acc", "attn/prev_token_early", "attn/prev_token_late",
-                "data/n_train_outputs")
-    table_columns = headline + ("lengthgen/acc", "lengthgen/acc_beyond", "attn/induction", "bigram/loss",
-                                "bigram/excess", "bigram/floor", "bigram/step_learned", "head/step_learned")
-    curve_metrics = ("train/loss", "bigram/excess", "head/acc", "ood/head_acc", "attn/prev_token")
-    short_names = {"ood/head_acc": "ood/head", "head/acc": "head", "attn/prev_token_late": "prev_late",
-                   "data/n_train_outputs": "outputs"}
-    dashboard = (
-        PanelSection("Copying unseen outputs",
-                     "A model that learned an induction head copies outputs it never saw in training (ood/head_acc "
-                     "near head/acc); one that memorised trigger -> output pairs in its weights does not.",
-                     (Panel("line", ("ood/head_acc",), "ood/head_acc, grouped by training outputs", _BY_OUTPUTS),
-                      Panel("line", ("head/acc",), "head/acc (label >= 2), grouped by training outputs", _BY_OUTPUTS),
-                      Panel("scatter", ("data/n_train_outputs", "ood/head_acc"),
-                            "training outputs against final ood/head_acc"))),
-        PanelSection("What is learned first",
-                     "The global bigram (bigram/excess: loss over its exact floor) is learned before the induction "
-                     "head (head/acc, attention on the earlier outputs).",
-                     tuple(Panel("line", (m,), m, _BY_OUTPUTS) for m in (
-                         "bigram/excess", "head/acc", "attn/induction", "attn/prev_token"))),
-        PanelSection("Positions",
-                     "Previous-token attention early and late in the sequence, accuracy on sequences with no pair in "
-                     "the first quarter (late/acc) and at a longer test length (Wang & Sato: RPE keeps the "
-                     "previous-token head late, APE loses it).",
-                     (Panel("line", ("attn/prev_token_early", "attn/prev_token_late"), "previous-token head by half"),
-                      Panel("line", ("late/acc",), "late/acc"),
-                      Panel("line", ("lengthgen/acc", "lengthgen/acc_beyond"), "length generalization"),
-                      Panel("media", ("lengthgen/by_position",), "accuracy and previous-token head by position"))),
-        PanelSection("Attention maps", "Per trial at the end of training: each layer's pattern on an OOD example.",
-                     tuple(Panel("media", (key,), key) for key in (
-                         "attention/pattern_L0H0", "attention/pattern_L1H0"))),
-        PanelSection("Training", "In-distribution fit.",
-                     tuple(Panel("line", (m,), m) for m in ("train/loss", "id/loss", "bigram/loss"))),
-    )
-
 
     def validate(self, cfg: BigramTriggerConfig) -> None:
         require(
@@ -158,7 +122,6 @@ class BigramTrigger(Task):
         if hits:
             arrays["prev_token_by_position"] = metrics.previous_token_by_position(torch.cat(hits)).cpu().numpy()
         return arrays, {}
-
 
 
     def run_name(self, cfg: BigramTriggerConfig) -> str:

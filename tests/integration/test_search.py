@@ -111,33 +111,6 @@ def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_noth
     assert not complete.duplicated(["study", "candidate", "seed"]).any()
 
 
-@pytest.mark.parametrize("args, key", [
-    (["search.sampler=annealing"], "search.sampler"),
-    (["search.knob.key=task.lengths.wide"], "search.knob.key"),
-    (["search.sampler=bisection", "search.success.min_seeds=2"], "search.success.min_seeds"),
-    (["search.success.seeds=[0,1]"], "search.success.seeds"),  # the threshold sampler draws its own seeds
-    (["search.success.rate=1"], "search.success.rate"),
-    (["search.success.confidence=0"], "search.success.confidence"),
-    (["search.budget.trainings=0"], "search.budget.trainings"),
-    (["search.budget.trainings=4"], "search.budget.trainings"),  # too few to rule a value in or out at q = 1/2
-    (["search.success.rate=0.95"], "search.budget.trainings"),  # 16 trainings cannot show p >= 0.95
-    (["search.resolution=0"], "search.resolution"),
-    (["search.batch=0"], "search.batch"),
-    (["search.success.threshold=2"], "search.success.threshold"),  # ood/acc lies in [0, 1]
-    (["search.success.metric=ood/accc"], "search.success.metric"),  # no trial reports it: a dry run says so
-    (["search.stop.streak=-1"], "search.stop.streak"),
-    (["search.sampler=bisection", "search.success.seeds=[-1]"], "search.success.seeds"),  # re-check blocks: >= 0
-    (["--extend", "-1"], "--extend"),
-    (["--storage", "postgresql://nobody@127.0.0.1:9/none"], "--storage"),
-])
-def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, key):
-    out = tmp_path / "never"
-    proc = headsweep("search", CONFIGS / "debug_search.yaml", *args, "--out", out)
-    assert proc.returncode == 2 and key in proc.stderr, proc.stderr
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("headsweep: error:")
-    assert not out.exists()
-
-
 def test_guided_search_and_grid_agree_on_paper_theory_slices(tmp_path):
     """The paper's own model and settings (configs/paper_theory_search.yaml) on two of its slices, one seed: the
     bisection finds the grid's answer in fewer trainings."""

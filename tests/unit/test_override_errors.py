@@ -1,9 +1,11 @@
 """Overrides on the command line: an index into a list sets that element; every plausible mistake (an index out of
 range, YAML the shell cut at its spaces, a key the sweep sets anyway, a module path that does not import) is one line
-naming the key, exit code 2, and nothing written. In process (sweep.cli.main): no Ray starts."""
+naming the key, exit code 2, and nothing written; so is every value a train or search config refuses. In process
+(sweep.cli.main): no Ray starts. The installed command's exit code and stderr: tests/integration/test_train_cli.py."""
 import sys
 
 import pytest
+import torch
 
 from sweep import cli, cluster
 from sweep.search import studies
@@ -170,3 +172,45 @@ def test_a_module_path_whose_package_lacks_the_module_says_where_the_package_was
     line = refused(capsys, elsewhere, "train", "debug.yaml", "task.name=headsweep_test_tasks.copy:TASK")
     assert line.endswith("No module named 'headsweep_test_tasks.copy'; headsweep_test_tasks was found "
                          f"({elsewhere / 'headsweep_test_tasks'}) but has no module copy"), line
+
+
+# --- values a train or a search config refuses ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, key", [
+    (["task.lenghts.low=3"], "task.lengths"),  # unknown key: the suggestion names the valid one
+    (["task.lengths.low=abc"], "task.lengths.low"),
+    (["task.lengths.high=20"], "task.lengths.high"),  # T = 43 > L - 1
+    (["task.lengths.low=9", "task.lengths.high=4"], "task.lengths.high"),  # empty support
+    (["optim.lr=-1"], "optim.lr"),
+    (["model.n_layers=0"], "model.n_layers"),
+    pytest.param(["device=cuda"], "device", marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                                                     reason="a GPU is there")),
+    (["optim.batch_size=100000000"], "optim.batch_size"),  # estimated before anything runs, not OOM-killed
+    (["eval.n_ood=100000000"], "eval.n_ood"),
+    (["eval.threshold=1.5"], "eval.threshold"),  # ood/acc lies in [0, 1]
+])
+def test_bad_train_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, args, key):
+    assert key in refused(capsys, tmp_path, "train", "debug.yaml", *args)
+
+
+@pytest.mark.parametrize("args, key", [
+    (["search.sampler=annealing"], "search.sampler"),
+    (["search.knob.key=task.lengths.wide"], "search.knob.key"),
+    (["search.sampler=bisection", "search.success.min_seeds=2"], "search.success.min_seeds"),
+    (["search.success.seeds=[0,1]"], "search.success.seeds"),  # the threshold sampler draws its own seeds
+    (["search.success.rate=1"], "search.success.rate"),
+    (["search.success.confidence=0"], "search.success.confidence"),
+    (["search.budget.trainings=0"], "search.budget.trainings"),
+    (["search.budget.trainings=4"], "search.budget.trainings"),  # too few to rule a value in or out at q = 1/2
+    (["search.success.rate=0.95"], "search.budget.trainings"),  # 16 trainings cannot show p >= 0.95
+    (["search.resolution=0"], "search.resolution"),
+    (["search.batch=0"], "search.batch"),
+    (["search.success.threshold=2"], "search.success.threshold"),  # ood/acc lies in [0, 1]
+    (["search.success.metric=ood/accc"], "search.success.metric"),  # no trial reports it: a dry run says so
+    (["search.stop.streak=-1"], "search.stop.streak"),
+    (["search.sampler=bisection", "search.success.seeds=[-1]"], "search.success.seeds"),  # re-check blocks: >= 0
+    (["--extend", "-1"], "--extend"),
+    (["--storage", "postgresql://nobody@127.0.0.1:9/none"], "--storage"),  # nothing listens on port 9
+])
+def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, args, key):
+    assert key in refused(capsys, tmp_path, "search", "debug_search.yaml", *args)

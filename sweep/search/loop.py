@@ -115,7 +115,6 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
         tuner.run_rounds(base, search, asked, out, summary, verdict=verdict_rule(search, base.seed),
                          group_size=len(search.success.seeds) if grouped else 1)
     except BaseException:  # stopped (Ctrl-C, SIGTERM, a requeue) or crashed: nobody will tell its trials
-        heartbeat.stop()
         heartbeat.fail_all()
         raise
     finally:

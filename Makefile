@@ -33,9 +33,12 @@ $(VENV)/.example-installed: $(STAMP) $(shell find $(EXAMPLE) -name '*.py' -o -na
 check: $(STAMP) $(VENV)/.example-installed
 	$(BIN)/python -m pytest -q -m unit
 
+# Test files run side by side on TEST_WORKERS processes, each file whole on one (its module fixtures, its Ray): most
+# integration time is a process waiting on another (imports, Ray scheduling, a subprocess CLI), not arithmetic.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(VENV)/.example-installed
 	bash tests/install_debian_packages.sh  # Debian's chromium and postgresql for the tests, when missing
-	$(BIN)/python -m pytest -q  # tests/ and the example's own tests (pyproject.toml: testpaths)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile  # tests/ and the example's (pyproject: testpaths)
 
 bench: $(STAMP)
 	$(BIN)/python bench/core.py

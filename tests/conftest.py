@@ -9,6 +9,7 @@ import pytest
 os.environ["WANDB_MODE"] = "offline"  # a developer logged in to W&B must not send test runs online
 
 from trainables import config
+from tests.postgres_server import postgres  # noqa: F401,E402 (one PostgreSQL per run, for every tier)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

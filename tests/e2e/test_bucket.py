@@ -19,7 +19,6 @@ import pytest
 
 from tests.conftest import CONFIGS
 from tests.e2e.conftest import log_tail, start_head, start_node, stop_head, stop_node
-from tests.integration.conftest import postgres  # noqa: F401 (the fixture, for the search's studies)
 from tests.s3_server import s3_server
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
@@ -62,10 +61,12 @@ def private_node(head, s3, secret: str | None = None):
     over /tmp (its Ray files, HOME and TMPDIR, where its trials keep their working copies; the test's directories and
     the drivers' local copies are gone from view) and over /dev/shm (Ray's object store), and the checkout (its
     Python) read-only. It shares no writable directory with the head and the drivers; the head's token is copied
-    into its own /tmp, as onto another machine."""
+    into its own /tmp, as onto another machine. The checkout is bound from the test's own view of the file system
+    (/proc/PID/root): a checkout under /tmp is hidden by the fresh tmpfs, and its mount point made anew inside it."""
+    outside = f"/proc/{os.getpid()}/root"  # this process stays in the machine's mount namespace
     private = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
                'token=$(cat "$RAY_AUTH_TOKEN_PATH") && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm '
-               '&& mount -o bind,ro "$0" "$0" && for arg; do temp_dir=$arg; done '
+               f'&& mkdir -p "$0" && mount -o bind,ro "{outside}$0" "$0" && for arg; do temp_dir=$arg; done '
                '&& mkdir -p "$temp_dir" "$HOME" "$TMPDIR" "$(dirname "$RAY_AUTH_TOKEN_PATH")" '
                '&& (umask 077 && printf %s "$token" > "$RAY_AUTH_TOKEN_PATH") && exec "$@"', str(ROOT))
     saved = {k: os.environ.get(k) for k in [*s3.credentials, "TMPDIR", "HOME"]}
@@ -197,7 +198,7 @@ def test_a_node_that_cannot_use_the_bucket_is_refused_before_anything_runs(head,
     assert s3.keys("refused", markers=True) == []  # nothing written: no probe, no config
 
 
-def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres, tmp_path):  # noqa: F811 (fixture)
+def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres, tmp_path):
     uri, prefix = s3.uri("search"), "search"
     args = ["search", *SEARCH, "--out", uri, "--storage", postgres.createdb("bucket_search")]
     log = tmp_path / "driver.log"

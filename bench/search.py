@@ -1,5 +1,5 @@
 """Trainings-to-answer of the threshold sampler (guided across slices as the config says, and unguided) and of the
-older all-pass bisection (2 of 2 seeds, re-checked) against the exhaustive grid sampler (one seed per value) on the
+older all-pass bisection (2 of 2 seeds, re-checked) against the exhaustive sampler (one seed per value) on the
 same slices, one after the other in one run, with the answers compared (the bisection's own answer: bisection_star).
 
     .venv/bin/python bench/search.py [CONFIG ...]   (default configs/quickstart.yaml; ~12 min on 2 CPU cores)
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 VARIANTS = {"threshold": [], "unguided": ["search.guide.metric="],
             "bisection": ["search.sampler=bisection", "search.success.seeds=[0,1]", "search.success.min_seeds=2"],
-            "grid": ["search.sampler=grid", "search.guide.metric="]}
+            "exhaustive": ["search.sampler=exhaustive", "search.guide.metric="]}
 
 
 def search(config: Path, overrides: list[str], out: Path) -> tuple[pd.DataFrame, int, float]:
@@ -34,22 +34,22 @@ def compare(config: Path) -> None:
         runs = {name: search(config, overrides, Path(tmp) / name) for name, overrides in VARIANTS.items()}
     tables = {name: table.assign(diversity_star=table.get("bisection_star", table["diversity_star"]))
               for name, (table, *_) in runs.items()}
-    keys = [c for c in tables["grid"].columns if "." in c and c != "data/max_sum_ratio"]
-    both = tables["grid"][keys + ["diversity_star", "seeds"]].rename(
-        columns={"diversity_star": "star grid", "seeds": "trials grid"})
-    others = [name for name in VARIANTS if name != "grid"]
+    keys = [c for c in tables["exhaustive"].columns if "." in c and c != "data/max_sum_ratio"]
+    both = tables["exhaustive"][keys + ["diversity_star", "seeds"]].rename(
+        columns={"diversity_star": "star exhaustive", "seeds": "trials exhaustive"})
+    others = [name for name in VARIANTS if name != "exhaustive"]
     for name in others:
         both = both.merge(tables[name][keys + ["diversity_star", "seeds"]].rename(
             columns={"diversity_star": f"star {name}", "seeds": f"trials {name}"}), on=keys)
     print(f"\n{config.name}: {len(both)} slices")
     print(both.to_string(index=False))
-    grid_trials, grid_seeds, grid_seconds = both["trials grid"].sum(), runs["grid"][1], runs["grid"][2]
+    all_trials, all_seeds, all_seconds = both["trials exhaustive"].sum(), runs["exhaustive"][1], runs["exhaustive"][2]
     for name in others:
-        agree = (both[f"star {name}"].fillna(-1) == both["star grid"].fillna(-1)).sum()
+        agree = (both[f"star {name}"].fillna(-1) == both["star exhaustive"].fillna(-1)).sum()
         trials, seeds, seconds = both[f"trials {name}"].sum(), runs[name][1], runs[name][2]
-        print(f"{name:>9}: diversity* agrees with the grid on {agree}/{len(both)} slices; candidate evaluations "
-              f"{trials} vs {grid_trials} ({trials / grid_trials:.0%}); seeds trained {seeds} vs {grid_seeds} "
-              f"({seeds / grid_seeds:.0%}); wall {seconds:.0f} s vs {grid_seconds:.0f} s")
+        print(f"{name:>9}: diversity* agrees with the exhaustive sampler on {agree}/{len(both)} slices; candidate "
+              f"evaluations {trials} vs {all_trials} ({trials / all_trials:.0%}); seeds trained {seeds} vs {all_seeds} "
+              f"({seeds / all_seeds:.0%}); wall {seconds:.0f} s vs {all_seconds:.0f} s")
 
 
 def main() -> None:

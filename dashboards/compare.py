@@ -60,10 +60,10 @@ def _fitted_at_widest(out: Path, cfg: dict, minimal: pd.DataFrame) -> pd.Series:
     share = pd.Series(np.nan, index=minimal.index)
     if not knob or not path.exists() or "study" not in minimal:
         return share
-    trials = pd.read_csv(path)
-    if not {"study", "status", knob, FITTED[0]} <= set(trials.columns):
+    members = pd.read_csv(path)
+    if not {"study", "status", knob, FITTED[0]} <= set(members.columns):
         return share
-    judged = trials[trials["status"].isin(OWN_VERDICT)]
+    judged = members[members["status"].isin(OWN_VERDICT)]
     for index, study in minimal.loc[minimal["diversity_star"].isna(), "study"].items():
         seeds = judged[judged["study"] == study]
         if len(seeds):

@@ -1,7 +1,7 @@
 """The figures of a whole grid or search, from its tables: phase diagrams, metric curves, a search's traces, success
-curves and thresholds with their intervals, the shape search's figures. Pure functions (tables) -> matplotlib Figure,
-drawn by the report (report.py), `headsweep compare` and a search's own W&B run; trainables/figures.py has the
-figures of one trial and the plumbing both use (new_figure, png_bytes, save_png, rgb), re-exported here.
+curves and thresholds with their intervals, the distribution search's figures. Pure functions (tables) -> matplotlib
+Figure, drawn by the report (report.py), `headsweep compare` and a search's own W&B run; trainables/figures.py has
+the figures of one member and the plumbing both use (new_figure, png_bytes, save_png, rgb), re-exported here.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def curves(runs: dict[str, list[dict]], metrics: tuple[str, ...], colour_by: dic
 
 
 def against(x: np.ndarray, ys: dict[str, np.ndarray], x_label: str) -> Figure:
-    """One scatter panel per metric: a final value per trial against `x` (e.g. the max-sum ratio), where a phase
+    """One scatter panel per metric: a final value per member against `x` (e.g. the max-sum ratio), where a phase
     transition shows as a step. Metrics in [0, 1] (accuracies, rates) get the whole interval as their y range, so
     that 0.97 against 0.98 does not look like a step."""
     fig = new_figure(3.6 * len(ys) + 0.4, 3.2)
@@ -89,7 +89,7 @@ def phase_diagram(results: pd.DataFrame, x: str, y: str, metric: str, ratio_leve
     """Heatmap of the mean of `metric` per (x, y) cell, one panel per combination of the `panels` keys' values.
 
     Cells sit at the index of each distinct value (a categorical axis), so sparse or uneven grids still get one cell
-    per value; cells with no trial stay blank. Rows are averaged only within a cell of (panels..., x, y), i.e. over
+    per value; cells with no member stay blank. Rows are averaged only within a cell of (panels..., x, y), i.e. over
     seeds: any other swept dotted key that varies would be averaged over silently, so that raises ValueError. Filter
     rows (e.g. by status) before calling. With `ratio_level`, a contour of the cell-mean `ratio_metric` at that level is
     drawn on every panel where it lies strictly inside the panel's range, labelled `ratio_label = level`.
@@ -436,13 +436,13 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
     return fig
 
 
-def shape_cost(trials: pd.DataFrame, best: pd.DataFrame, metric: str, x_metric: str, slice_keys: list[str],
-               theory: list[float | None], min_rate: float) -> Figure:
+def distribution_cost(members: pd.DataFrame, best: pd.DataFrame, metric: str, x_metric: str, slice_keys: list[str],
+                      theory: list[float | None], min_rate: float) -> Figure:
     """Per slice (a row of best.csv): each evaluated candidate at (x_metric, metric), seed-mean, filled when it
     generalizes; the best starred, the reference as a diamond (filled when it generalizes), theory[i] dashed."""
     fig, axes = _panel_row(len(best))
     for ax, (_, row), value in zip(axes, best.iterrows(), theory):
-        per_candidate = _per_candidate(trials, row["study"], x=(x_metric, "mean"), value=(metric, "mean"))
+        per_candidate = _per_candidate(members, row["study"], x=(x_metric, "mean"), value=(metric, "mean"))
         feasible = per_candidate["feasible"].astype(bool)
         ax.scatter(per_candidate["x"][~feasible], per_candidate["value"][~feasible], s=14, facecolors="none",
                    edgecolors="grey", label="fails")
@@ -463,12 +463,12 @@ def shape_cost(trials: pd.DataFrame, best: pd.DataFrame, metric: str, x_metric: 
     return fig
 
 
-def shape_progress(trials: pd.DataFrame, best: pd.DataFrame, metric: str, slice_keys: list[str]) -> Figure:
+def distribution_progress(members: pd.DataFrame, best: pd.DataFrame, metric: str, slice_keys: list[str]) -> Figure:
     """The lowest feasible `metric` after each evaluated candidate, one step line per slice (reference dashed)."""
     fig = new_figure(6, 4, dpi=110)
     ax = fig.subplots()
     for _, row in best.iterrows():
-        per_candidate = _per_candidate(trials, row["study"], value=(metric, "mean"))
+        per_candidate = _per_candidate(members, row["study"], value=(metric, "mean"))
         so_far = per_candidate["value"].where(per_candidate["feasible"].astype(bool)).cummin().ffill()
         line, = ax.step(np.arange(1, len(so_far) + 1), so_far.to_numpy(), where="post",
                         label=slice_title(row, slice_keys))
@@ -480,7 +480,7 @@ def shape_progress(trials: pd.DataFrame, best: pd.DataFrame, metric: str, slice_
     return fig
 
 
-def shapes(best: pd.DataFrame, slice_keys: list[str], x_label: str) -> Figure:
+def distributions(best: pd.DataFrame, slice_keys: list[str], x_label: str) -> Figure:
     """Per slice: the best distribution found (bars, column `q`) against the reference's (line, `reference q`)."""
     fig, axes = _panel_row(len(best))
     for ax, (_, row) in zip(axes, best.iterrows()):
@@ -506,9 +506,10 @@ def slice_title(row: pd.Series, slice_keys: list[str]) -> str:
     return ", ".join(f"{short_key(k)}={_fmt(row[k])}" for k in slice_keys)
 
 
-def _per_candidate(trials: pd.DataFrame, study: str, **columns) -> pd.DataFrame:
-    """A study's evaluated candidates (one row per Optuna trial, seed-means), with whether each generalized."""
-    rows = trials[(trials["study"] == study) & trials["feasible"].notna()]
+def _per_candidate(members: pd.DataFrame, study: str, **columns) -> pd.DataFrame:
+    """A study's evaluated candidates (one row per Optuna trial, seed-means over its members), with whether each
+    generalized."""
+    rows = members[(members["study"] == study) & members["feasible"].notna()]
     return rows.groupby("optuna_trial").agg(feasible=("feasible", "first"), **columns)
 
 

@@ -1,7 +1,7 @@
 """HTML of the local report: one self-contained file (inline CSS, images as data URIs, no scripts, no URLs).
 
 It must open from a laptop's disk or a cluster's shared filesystem with no network, so nothing is linked; and it
-shows config text and error messages from trials, so every piece of text is escaped unless a Section says it is HTML.
+shows config text and error messages from members, so every piece of text is escaped unless a Section says it is HTML.
 """
 from __future__ import annotations
 

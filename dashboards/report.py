@@ -1,5 +1,5 @@
-"""The one report builder: `build(DIR)` writes DIR/report.html for any train, grid, search or shape-search output
-directory, reading only the files there. Every verb calls it when it ends and `headsweep report DIR` calls it on
+"""The one report builder: `build(DIR)` writes DIR/report.html for any train, grid, search or distribution-search
+output directory, reading only the files there. Every verb calls it when it ends and `headsweep report DIR` calls it on
 demand, so report.html is the same whoever wrote it; it can be rebuilt after the fact, on another machine, or while
 a grid still runs.
 
@@ -24,11 +24,11 @@ from dashboards import figures
 from dashboards.html import Section, gallery, render_table, write_report
 from trainables import config, readouts
 from trainables.errors import ConfigError
-from trainables.io import FINISHED, atomic_write, parse_shape, read_json, read_jsonl
+from trainables.io import FINISHED, atomic_write, parse_distribution, read_json, read_jsonl
 from trainables.tasks import DEFAULT, TASKS, Task, TaskView, task_of, view_of
 from trainables.verdicts import OWN_VERDICT
 
-GALLERY_TRIALS = 4  # trials whose attention figures a grid or search report shows, spread over the diversity measure
+GALLERY_MEMBERS = 4  # members whose attention figures a grid or search report shows, spread over the diversity measure
 SEARCH_COLUMNS = ["study", "candidate", "state", "feasible"]
 
 
@@ -40,23 +40,23 @@ def build(out: str | Path) -> Path:
     cfg = read_config(out / "config.yaml")
     task = task_of(cfg) if cfg else TASKS[DEFAULT]
     view = view_of(task)  # how the task is shown: headline and table columns, labels, figures
-    trials = [out] if kind == "train" else trial_dirs(out)
-    frame = _results(out, kind, trials)
+    members = [out] if kind == "train" else member_dirs(out)
+    frame = _results(out, kind, members)
     finished = frame[frame["status"].isin(FINISHED)] if "status" in frame else frame
 
     sections = [Section("Summary", html=_summary_html(kind, frame, view))]
     if kind == "grid":
         sections += _phase_diagram(out, finished, cfg, view)
     elif (out / "best.csv").exists():
-        sections += _shape_search(out, frame, cfg, task)
+        sections += _distribution_search(out, frame, cfg, task)
     elif (out / "min_diversity.csv").exists():
         # a seed stopped once its candidate was decided has no verdict of its own: its metrics are no cell's evidence
         judged = finished[finished["status"].isin(OWN_VERDICT)] if "status" in finished else finished
         sections += _threshold_search(out, judged, cfg, task)
-    sections += _curves(trials, finished, view)
-    sections += _gallery(trials, kind, cfg, view)
+    sections += _curves(members, finished, view)
+    sections += _gallery(members, kind, cfg, view)
     if not frame.empty:
-        heading = "Result" if kind == "train" else "Results (one row per trial)"
+        heading = "Result" if kind == "train" else "Results (one row per member)"
         sections.append(Section(heading, table=frame[_table_columns(out, frame, view)]))
     if (out / "config.yaml").exists():
         sections.append(Section("Config", text=(out / "config.yaml").read_text()))
@@ -74,14 +74,14 @@ def detect(out: Path) -> str:
         return "search"
     if (out / "result.json").exists() or (out / "metrics.jsonl").exists():
         return "train"
-    if trial_dirs(out):
-        return "grid"  # a grid still running: its trials are there, results.csv not yet
+    if member_dirs(out):
+        return "grid"  # a grid still running: its members are there, results.csv not yet
     raise ConfigError("DIR", f"{out} holds no headsweep output (result.json, metrics.jsonl, results.csv, trials.csv "
                              "or trials/*/metrics.jsonl)")
 
 
-def trial_dirs(out: Path) -> list[Path]:
-    """Trial directories of a grid or search: trials/<name>/ holding a metrics.jsonl."""
+def member_dirs(out: Path) -> list[Path]:
+    """Member directories of a grid or search: trials/<member>/ holding a metrics.jsonl."""
     return sorted(path.parent for path in out.glob("trials/*/metrics.jsonl"))
 
 
@@ -90,28 +90,32 @@ def read_config(path: Path) -> dict | None:
     return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
-def _results(out: Path, kind: str, trials: list[Path]) -> pd.DataFrame:
-    """One row per trial: results.csv / trials.csv when there, else each trial's result.json."""
+def _results(out: Path, kind: str, members: list[Path]) -> pd.DataFrame:
+    """One row per member: results.csv / trials.csv when there, else each member's result.json. Its id is in column
+    `member`; a results.csv written before that column had only `trial`, which then stands in for it."""
     for table in ("results.csv", "trials.csv"):
         if kind != "train" and (out / table).exists():
             try:
-                return pd.read_csv(out / table)
-            except pd.errors.EmptyDataError:  # a search stopped before any trial ended
+                frame = pd.read_csv(out / table)
+            except pd.errors.EmptyDataError:  # a search stopped before any member ended
                 return pd.DataFrame()
-    rows = [{"trial": trial.name} | read_json(trial / "result.json") for trial in trials
-            if (trial / "result.json").exists()]
+            if "member" not in frame.columns and "trial" in frame.columns:
+                frame = frame.rename(columns={"trial": "member"})
+            return frame
+    rows = [{"member": member.name} | read_json(member / "result.json") for member in members
+            if (member / "result.json").exists()]
     return pd.DataFrame(rows)
 
 
 def _summary_html(kind: str, frame: pd.DataFrame, view: TaskView) -> str:
     if frame.empty or "status" not in frame.columns:
-        return "<p>No finished trial yet.</p>"
+        return "<p>Nothing finished yet.</p>"
     if kind == "train":
         row = frame.iloc[0]
         fields = [f"{k} = {row[k]:.3f}" for k in view.headline if isinstance(row.get(k), float)]
         return f"<p>Status: {row['status']}; " + ", ".join(fields) + ".</p>"
     counts = frame["status"].value_counts().to_dict()
-    return f"<p>{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items()) + ".</p>"
+    return f"<p>{len(frame)} members: " + ", ".join(f"{n} {status}" for status, n in counts.items()) + ".</p>"
 
 
 def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, view: TaskView) -> list[Section]:
@@ -223,9 +227,9 @@ def _answer_legend(success: dict, axis: str, sampler: str | None) -> str:
     return f"<p>{html.escape(text)}</p>\n"
 
 
-def _shape_search(out: Path, trials: pd.DataFrame, cfg: dict, task: Task) -> list[Section]:
-    """best.csv and, for a search that minimised a metric: every candidate's objective against the diversity
-    measure, the search's progress, and the best distributions against the reference's."""
+def _distribution_search(out: Path, members: pd.DataFrame, cfg: dict, task: Task) -> list[Section]:
+    """best.csv and, for a search that minimised a metric (a distribution search): every candidate's objective
+    against the diversity measure, the search's progress, and the best distributions against the reference's."""
     search = cfg.get("search") or {}
     best = pd.read_csv(out / "best.csv")
     reference = ", ".join(f"{k}={v}" for k, v in (search.get("reference") or {}).items()) or "none"
@@ -233,25 +237,25 @@ def _shape_search(out: Path, trials: pd.DataFrame, cfg: dict, task: Task) -> lis
     sections = [Section(f"Lowest {metric} that generalizes, per slice (best.csv; reference: {reference})", table=best)]
     for column in ("q", "reference q"):
         if column in best.columns:
-            best[column] = best[column].map(parse_shape)
+            best[column] = best[column].map(parse_distribution)
     slice_keys = [axis["key"] for axis in search.get("slices", [])]
     success = search.get("success", {})
     min_rate = success.get("min_seeds", 1) / max(1, len(success.get("seeds", [0])))
     try:
-        if "feasible" in trials.columns and trials["feasible"].notna().any():
+        if "feasible" in members.columns and members["feasible"].notna().any():
             theory = theory_values(cfg, best, slice_keys, task.diversity_axis)
             sections += [
                 Section(f"Every candidate: {metric} against {task.diversity_axis} (filled: generalizes; star: best; "
                         "diamond: reference; dashed: the theory's scale)",
-                        image_png=figures.png_bytes(figures.shape_cost(trials, best, metric, task.diversity_axis,
-                                                                       slice_keys, theory, min_rate)),
+                        image_png=figures.png_bytes(figures.distribution_cost(
+                            members, best, metric, task.diversity_axis, slice_keys, theory, min_rate)),
                         alt=f"{metric} against {task.diversity_axis}"),
                 Section("Search progress: best feasible value after each evaluation (dashed: reference)",
-                        image_png=figures.png_bytes(figures.shape_progress(trials, best, metric, slice_keys)),
+                        image_png=figures.png_bytes(figures.distribution_progress(members, best, metric, slice_keys)),
                         alt="search progress")]
         if "q" in best.columns and best["q"].map(lambda q: isinstance(q, dict)).any():
             sections.append(Section("Best distribution found (bars) against the reference (line)",
-                                    image_png=figures.png_bytes(figures.shapes(best, slice_keys, "value")),
+                                    image_png=figures.png_bytes(figures.distributions(best, slice_keys, "value")),
                                     alt="best distributions"))
     except (KeyError, ValueError) as e:
         sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
@@ -277,87 +281,87 @@ def slice_configs(cfg: dict, rows: pd.DataFrame, keys: list[str]) -> list[config
     return configs
 
 
-def _curves(trials: list[Path], finished: pd.DataFrame, view: TaskView) -> list[Section]:
-    """Final headline metrics against the diversity measure (several trials), and curves over steps when trials
+def _curves(members: list[Path], finished: pd.DataFrame, view: TaskView) -> list[Section]:
+    """Final headline metrics against the diversity measure (several members), and curves over steps when members
     evaluated more than once."""
     sections = []
     axis = view.task.diversity_axis
     shown = [m for m in view.headline if not m.startswith("data/") and m in finished.columns]
     varies = axis in finished.columns and finished[axis].nunique() > 1  # a constant axis says nothing
-    if len(trials) > 1 and varies and shown:
+    if len(members) > 1 and varies and shown:
         x = pd.to_numeric(finished[axis], errors="coerce").to_numpy()
         figure = figures.against(x, {m: pd.to_numeric(finished[m], errors="coerce").to_numpy() for m in shown},
                                  view.diversity_label or axis)
-        sections.append(Section(f"Final metrics against {axis}, one point per trial",
+        sections.append(Section(f"Final metrics against {axis}, one point per member",
                                 image_png=figures.png_bytes(figure),
                                 alt=f"final metrics against {axis}"))
-    runs = {trial.name: read_jsonl(trial / "metrics.jsonl") for trial in trials}
+    runs = {member.name: read_jsonl(member / "metrics.jsonl") for member in members}
     runs = {name: records for name, records in runs.items() if records}
     if not runs or (len(runs) > 1 and max(len(records) for records in runs.values()) < 2):
-        return sections  # one evaluation per trial (the one-step model): the scatter above says it all
+        return sections  # one evaluation per member (the one-step model): the scatter above says it all
     if len(runs) == 1:
         figure = figures.curves(runs, view.curve_metrics)
         return sections + [Section("Learning curves (metrics.jsonl)", image_png=figures.png_bytes(figure),
                                    alt="loss and accuracy over training steps")]
     colours = {name: records[-1].get(axis) for name, records in runs.items()}
     figure = figures.curves(runs, view.curve_metrics, colour_by=colours, colour_label=view.diversity_label or axis)
-    return sections + [Section(f"Learning curves of {len(runs)} trials, coloured by {axis}",
+    return sections + [Section(f"Learning curves of {len(runs)} members, coloured by {axis}",
                                image_png=figures.png_bytes(figure),
-                               alt="loss and accuracy over training steps, one line per trial")]
+                               alt="loss and accuracy over training steps, one line per member")]
 
 
-def _gallery(trials: list[Path], kind: str, cfg: dict | None, view: TaskView) -> list[Section]:
-    """Every figure of the chosen trials' attention.npz: all of a train run; a few trials of a grid or search,
+def _gallery(members: list[Path], kind: str, cfg: dict | None, view: TaskView) -> list[Section]:
+    """Every figure of the chosen members' attention.npz: all of a train run; a few members of a grid or search,
     spread from the most to the least diverse."""
-    task, with_arrays = view.task, [t for t in trials if (t / "attention.npz").exists()]
+    task, with_arrays = view.task, [t for t in members if (t / "attention.npz").exists()]
     if not with_arrays:
         return []
     first_axis = next(iter(((cfg or {}).get("sweep") or {}).get("axes", [])), {}).get("key")
     chosen, spread_over = (with_arrays, "") if kind == "train" else _spread(with_arrays, task, first_axis)
     parts = []
-    for trial in chosen:
-        with np.load(trial / "attention.npz") as npz:
+    for member in chosen:
+        with np.load(member / "attention.npz") as npz:
             arrays = dict(npz)
-        trial_cfg = read_config(trial / "config.yaml") or cfg
-        if trial_cfg is None:
+        member_cfg = read_config(member / "config.yaml") or cfg
+        if member_cfg is None:
             continue
-        result = read_json(trial / "result.json") or {}
+        result = read_json(member / "result.json") or {}
         facts = ", ".join(f"{k} = {result[k]:.3f}" for k in (task.success_metric, task.diversity_axis)
                           if isinstance(result.get(k), float))
-        drawn = [(figures.png_bytes(figure), key) for key, figure in readouts.trial_figures(trial_cfg, arrays).items()]
-        heading = None if kind == "train" else trial.name + (f" ({facts})" if facts else "")
+        drawn = [(figures.png_bytes(figure), key) for key, figure in readouts.trial_figures(member_cfg, arrays).items()]
+        heading = None if kind == "train" else member.name + (f" ({facts})" if facts else "")
         if drawn:
             parts.append(gallery(drawn, heading))
     if not parts:  # a task and model with nothing to draw (no figures of their own, no attention)
         return []
     title = "Attention gallery (attention.npz)" if kind == "train" else \
-        f"Attention gallery: {len(chosen)} of {len(with_arrays)} trials, {spread_over}"
+        f"Attention gallery: {len(chosen)} of {len(with_arrays)} members, {spread_over}"
     return [Section(title, html=f"<p>{html.escape(view.figure_note)}</p>\n" + "\n".join(parts))]
 
 
-def _spread(trials: list[Path], task: Task, first_axis: str | None = None) -> tuple[list[Path], str]:
-    """Up to GALLERY_TRIALS trials evenly spread over the task's diversity measure, the most diverse first; where
-    every trial has the same measure (a grid over something else), one trial per value of the grid's first axis
+def _spread(members: list[Path], task: Task, first_axis: str | None = None) -> tuple[list[Path], str]:
+    """Up to GALLERY_MEMBERS members evenly spread over the task's diversity measure, the most diverse first; where
+    every member has the same measure (a grid over something else), one member per value of the grid's first axis
     first. With how they were chosen, for the gallery's title."""
     sign = 1.0 if task.small_is_diverse else -1.0
 
-    def measure(trial: Path) -> float:
-        records = read_jsonl(trial / "metrics.jsonl")
+    def measure(member: Path) -> float:
+        records = read_jsonl(member / "metrics.jsonl")
         value = records[-1].get(task.diversity_axis) if records else None
         return sign * value if isinstance(value, (int, float)) and math.isfinite(value) else math.inf
 
-    measures = {trial: measure(trial) for trial in trials}
-    ordered = sorted(trials, key=lambda t: (measures[t], t.name))
+    measures = {member: measure(member) for member in members}
+    ordered = sorted(members, key=lambda t: (measures[t], t.name))
     said = "from most to least diverse"
-    if len(ordered) <= GALLERY_TRIALS:
+    if len(ordered) <= GALLERY_MEMBERS:
         return ordered, said
     if first_axis and len(set(measures.values())) == 1:
         one_per_value = {}
-        for trial in ordered:
-            one_per_value.setdefault(str(_dotted(read_config(trial / "config.yaml") or {}, first_axis)), trial)
+        for member in ordered:
+            one_per_value.setdefault(str(_dotted(read_config(member / "config.yaml") or {}, first_axis)), member)
         firsts = list(one_per_value.values())
-        return (firsts + [t for t in ordered if t not in firsts])[:GALLERY_TRIALS], f"one per value of {first_axis}"
-    picks = np.linspace(0, len(ordered) - 1, GALLERY_TRIALS).round().astype(int)
+        return (firsts + [t for t in ordered if t not in firsts])[:GALLERY_MEMBERS], f"one per value of {first_axis}"
+    picks = np.linspace(0, len(ordered) - 1, GALLERY_MEMBERS).round().astype(int)
     return [ordered[i] for i in dict.fromkeys(picks.tolist())], said
 
 
@@ -369,13 +373,13 @@ def _dotted(cfg: dict, key: str):
 
 
 def _table_columns(out: Path, frame: pd.DataFrame, view: TaskView) -> list[str]:
-    """Swept keys and the trial's name first (a search's study, candidate and state too), then the task's table
-    columns that are present, then the error if any trial has one."""
+    """Swept keys and the member's id first (a search's study, candidate and state too), then the task's table
+    columns that are present, then the error if any member has one."""
     swept = [c for c in frame.columns if "." in c and "/" not in c]
     first = [c for c in SEARCH_COLUMNS if c in frame.columns] + swept
-    first += [c for c in ("seed", "trial") if c in frame.columns and c not in swept]
+    first += [c for c in ("seed", "member") if c in frame.columns and c not in swept]
     if not (out / "trials").is_dir():
-        first = [c for c in first if c != "trial"]  # a train dir: the row is the run itself
+        first = [c for c in first if c != "member"]  # a train dir: the row is the run itself
     metrics = [c for c in (*view.table_columns, "status", "steps", "seconds") if c in frame.columns]
     error = ["error"] if "error" in frame.columns and frame["error"].fillna("").astype(str).str.len().any() else []
     return list(dict.fromkeys(first + metrics + error))

@@ -6,7 +6,7 @@ RGB: W&B renders a float array black), and each slice's K*_q with its interval i
 `star_low/<slice>`, `star_high/<slice>`; None where blank, i.e. past the widest value), beside `finished/<slice>`
 and `seeds/<slice>`. The CSVs stay the source of truth. The run lives in <out>/wandb, offline unless logged in
 (`resolve_wandb_mode`, never a prompt); a later call on the same dir (a search extended with --extend) continues the
-same run, as a retried trial continues its own.
+same run, as a retried member continues its own.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The W&B workspace and report reviewers open, defined with wandb-workspaces.
 
 Both are built offline (pure pydantic objects); only `push` talks to the server. The panels are the task's view's
-(`view_of(task).dashboard`, plain data): they name metrics exactly as the trials log them and group runs by the
+(`view_of(task).dashboard`, plain data): they name metrics exactly as the members log them and group runs by the
 diversity measures that WandbSink copies into each run's config (`data/width`, ...): flat keys without dots, which
 wandb-workspaces maps onto W&B's config paths unambiguously.
 """
@@ -63,8 +63,8 @@ def report(task: Task, entity: str, project: str, group: str | None = None,
     """
     where = {"entity": entity, "project": project} if resolve_runsets else {}
     runset = wr.Runset(name=group or "all runs", filters=f"Metric('group') == '{group}'" if group else "", **where)
-    blocks: list = [wr.P(text="Every trial of headsweep's sweeps is one run here (group = experiment, "
-                              "job type = verb). Raw matrices are in each run's attention artifact.")]
+    blocks: list = [wr.P(text="Every member of headsweep's sweeps (one training run) is one run here "
+                              "(group = experiment, job type = verb). Raw matrices are in each run's attention artifact.")]
     for name, intro, panels in sections(task):
         blocks += [wr.H2(text=name), wr.P(text=intro), wr.PanelGrid(runsets=[runset], panels=panels)]
     return wr.Report(entity=entity, project=project, title=REPORT_TITLE + (f": {group}" if group else ""),

@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. seed=1 eval.every=100")
     train.add_argument("--out", required=True, type=Path, help="output directory (created; re-running resumes)")
 
-    grid = verbs.add_parser("grid", help="run every point of the config's sweep section as a Ray Tune trial")
+    grid = verbs.add_parser("grid", help="train every point of the config's sweep section, packed into Ray Tune trials")
     grid.add_argument("config", help="YAML file with a sweep: section (axes, constraints, seeds, resources)")
     grid.add_argument("overrides", nargs="*", help="dotlist overrides; sweep.* ones change the sweep itself")
     grid.add_argument("--out", required=True, help="output directory, or s3://bucket/prefix[?endpoint_override=URL] "
@@ -60,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--study", help="study name prefix (default: the config's name); one study per slice")
     search.add_argument("--storage", help="Optuna storage: a database URL, e.g. postgresql://user:password@host/db, "
                                           "or a journal file path (default: DIR/study.journal)")
-    search.add_argument("--extend", type=int, default=0, help="add N completed trials to each slice's budget")
+    search.add_argument("--extend", type=int, default=0,
+                        help="add N to each slice's budget (seed trainings; completed Optuna trials with the "
+                             "bisection, exhaustive and tpe samplers)")
     search.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
 
     report = verbs.add_parser("report", help="(re)build report.html of a train, grid or search output dir")
@@ -135,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _what_resumes(args) -> str:
-    """What a stopped verb leaves and how to go on: grids and searches keep every finished trial and resume."""
+    """What a stopped verb leaves and how to go on: grids and searches keep every finished member and resume."""
     if args.verb in ("grid", "search"):
-        return (f"its finished trials are in {args.out} (results so far in its tables and report.html); run the same "
+        return (f"its finished members are in {args.out} (results so far in its tables and report.html); run the same "
                 "command again to resume: nothing finished is trained again")
     return "nothing was kept that a rerun would not redo"
 

@@ -1,7 +1,8 @@
-"""`headsweep grid`: every point of the config's sweep section as one Ray Tune trial, then results.csv (one row per
-trial: swept keys, status, error, seconds, final metrics) and the report.
+"""`headsweep grid`: every point of the config's sweep section as one member, members packed into Ray Tune trials
+(packing.py), then results.csv (one row per member: swept keys, member id, status, error, seconds, final metrics)
+and the report.
 
-Each trial's result.json is the source of truth; Tune only adds the error of trials that never finished.
+Each member's result.json is the source of truth; Tune only adds the error of packs that never finished.
 """
 from __future__ import annotations
 
@@ -16,32 +17,34 @@ from trainables import config
 from trainables.io import atomic_write, claim_out, create_out, read_json
 from trainables.tasks import task_of, view_of
 
-FIRST_COLUMNS = ["trial", "status", "error", "seconds"]
+# `trial` holds the member's id too: the column's name before `member` existed, kept for the scripts and readers
+# that use it (the output contract promises results.csv that column)
+FIRST_COLUMNS = ["member", "trial", "status", "error", "seconds"]
 
 
 def run(config_path: str, overrides: list[str], out_arg: str, address: str | None) -> int:
     """Run (or resume) the grid into `out_arg` (a directory or an s3:// place: out_dir.py); exit status 1 if some
-    trial failed for good."""
+    member failed for good."""
     base, sweep, points = space.load_sweep(config_path, overrides)
     resolved = config.to_yaml(base, sweep=sweep)
     out = OutDir.open(out_arg)
     claim_out(out.local, resolved)
     cluster.connect(address)
     cluster.check_resources(sweep.resources)
-    trials = tuner.grid_plan(base, sweep, points, out, verdict=space.verdict_rule(base, sweep))
+    packs = tuner.grid_plan(base, sweep, points, out, verdict=space.verdict_rule(base, sweep))
     preflight.check_storage(out)
 
     create_out(out.local, resolved)
     errors = {}
     try:
-        errors = tuner.run(base, sweep, trials, out, summary=lambda: _generalized(out.local))
+        errors = tuner.run(base, sweep, packs, out, summary=lambda: _generalized(out.local))
     finally:  # even when interrupted: what finished is in results.csv and the report
         frame = cluster.disconnect_while(lambda: write_results(out, points, errors))
     keys = [axis.key for axis in sweep.axes] + ["seed"]
     shown = keys + [c for c in (*view_of(task_of(base)).headline, "status") if c in frame.columns]
     print(frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False))
     counts = frame["status"].value_counts().to_dict()
-    print(f"{len(frame)} trials: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    print(f"{len(frame)} members: " + ", ".join(f"{n} {status}" for status, n in counts.items())
           + f"  [{out}/results.csv, {out}/report.html]" + (f" (local copy: {out.local})" if out.mirror else ""))
     return 1 if set(counts) & {"error", "unfinished"} else 0
 
@@ -58,24 +61,25 @@ def write_results(out: OutDir, points: list[dict], errors: dict[str, str]) -> pd
 
 
 def _generalized(out: Path) -> str:
-    """For the progress view: how many finished trials generalize OOD so far (their ood/success)."""
+    """For the progress view: how many finished members generalize OOD so far (their ood/success)."""
     results = [read_json(path) for path in (out / "trials").glob("*/result.json")]
     return f"{sum(r.get('ood/success') == 1.0 for r in results)} generalize OOD" if results else ""
 
 
 def collect(members: list[dict], errors: dict[str, str]) -> pd.DataFrame:
-    """One row per member (as given to Tune); errors maps point ids to the error of trials that failed for good."""
+    """One row per member (as given to Tune); errors maps point ids to the error of members whose pack failed for
+    good."""
     rows = []
     for member in members:
         point = member["point"]
-        trial = space.point_id(point)
+        member_id = space.point_id(point)
         result = read_json(Path(member["dir"]) / "result.json")
         if result is not None:
-            row = {"trial": trial, "error": ""} | result
+            row = {"error": ""} | result
         else:
-            row = {"trial": trial, "status": "error" if trial in errors else "unfinished", "error": errors.get(trial, "")}
-        rows.append(point | row)
+            row = {"status": "error" if member_id in errors else "unfinished", "error": errors.get(member_id, "")}
+        rows.append(point | {"member": member_id, "trial": member_id} | row)
     frame = pd.DataFrame(rows)
     keys = list(members[0]["point"]) if members else []
-    # reindex: a grid interrupted before any trial finished has no `seconds` yet
+    # reindex: a grid interrupted before any member finished has no `seconds` yet
     return frame.reindex(columns=keys + FIRST_COLUMNS + [c for c in frame.columns if c not in keys + FIRST_COLUMNS])

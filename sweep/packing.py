@@ -1,7 +1,8 @@
-"""Which members train together: the Tune trials of a grid's or a search round's points, planned without Ray.
+"""Which members train together: the packs of a grid's or a search round's points, planned without Ray.
 
-Points become members of Tune trials of trainables.trainable.run_trial, several of one shape per trial (`pack`), a
-candidate's seeds (one verdict group) in one trial; a trial that could only fail (a cuda member without a GPU, more
+Each point is a member; members that can train as one (population.pack_key: one architecture, one set of training
+settings) go in packs of up to `pack`, each pack one Ray Tune trial of trainables.trainable.run_trial, and a
+candidate's seeds (one verdict group) in one pack; a pack that could only fail (a cuda member without a GPU, more
 members than the largest node's memory holds) is refused before anything runs. What the cluster offers comes in as
 numbers (cluster.py asks Ray for them).
 """
@@ -17,8 +18,8 @@ from trainables.errors import ConfigError
 from trainables.models import MODELS
 from trainables.population import pack_key
 
-TRIALS_PER_SLOT = 4  # auto packing: about this many Tune trials per slot the cluster can run at once
-MAX_AUTO_PACK = 64  # auto packing never puts more members than this in one trial
+TRIALS_PER_SLOT = 4  # auto packing: about this many packs (Tune trials) per slot the cluster can run at once
+MAX_AUTO_PACK = 64  # auto packing never puts more members than this in one pack
 
 
 def members(points: list[dict], out: OutDir, job_type: str = "grid",
@@ -31,15 +32,16 @@ def members(points: list[dict], out: OutDir, job_type: str = "grid",
 
 def plan(base_dict: dict, all_members: list[dict], pack: int, gpu: float, room: int,
          pack_setting: str = "sweep.pack") -> dict[str, list[dict]]:
-    """Tune trial id -> its members: members of one shape (population.pack_key) in chunks of `pack`, in point order,
-    a candidate's seeds (one verdict group) in one chunk, so that they can stop each other (chunks). The ids are a
-    function of the points and `pack`, so a restored experiment finds its trials again. A trial must fit in `room`
-    (bytes: what the cluster's largest node gives tasks, cluster.largest_memory()), and a member on cuda needs `gpu` > 0 per trial (Ray hides the GPUs from a trial
-    that asks for none): else ConfigError."""
+    """Pack id (its Tune trial's id) -> its members: members that can train as one (population.pack_key) in packs
+    of up to `pack`, in point order, a candidate's seeds (one verdict group) in one pack, so that they can stop each
+    other (chunks). The ids are a function of the points and `pack`, so a restored experiment finds its packs again.
+    A pack must fit in `room` (bytes: what the cluster's largest node gives tasks, cluster.largest_memory()), and a
+    member on cuda needs `gpu` > 0 per pack (Ray hides the GPUs from a Tune trial that asks for none): else
+    ConfigError."""
     section = pack_setting.split(".")[0]
     groups: dict[tuple, list[dict]] = {}
-    largest: dict[tuple, tuple[dict[str, int], config.Config]] = {}  # per shape: the largest member's needs, config
-    vectorized: dict[tuple, bool] = {}  # else its members run one after another in their trial
+    largest: dict[tuple, tuple[dict[str, int], config.Config]] = {}  # per pack key: the largest member's needs, config
+    vectorized: dict[tuple, bool] = {}  # else its members run one after another in their pack
     for member in all_members:
         cfg = config.with_point(base_dict, member["point"], check_device=False)
         if cfg.device == "cuda" and not gpu:
@@ -51,12 +53,12 @@ def plan(base_dict: dict, all_members: list[dict], pack: int, gpu: float, room: 
         if key not in largest or max(needs.values()) > max(largest[key][0].values()):
             largest[key] = needs, cfg
         vectorized[key] = MODELS[cfg.model.name].vectorize
-    trials = {}
+    packs = {}
     for key, group in groups.items():
         check_memory(min(pack, len(group)) if vectorized[key] else 1, *largest[key], room, pack_setting)
         for chunk in chunks(group, pack):
-            trials[point_id(chunk[0]["point"]) + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")] = chunk
-    return trials
+            packs[point_id(chunk[0]["point"]) + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")] = chunk
+    return packs
 
 
 def chunks(group: list[dict], pack: int) -> list[list[dict]]:
@@ -82,19 +84,19 @@ def check_memory(members: int, peaks: dict[str, int], cfg: config.Config, room: 
     """Fail before anything runs if `members` trained as one population (each needing `peaks`: bytes at the peak per
     batch key, memory.needs(cfg)) exceed `room`, what Ray gives tasks on the cluster's largest node: naming the batch
     key when one member alone cannot fit, else `pack_setting`."""
-    memory.refuse_beyond(peaks, room, "the largest node gives trials", cfg)
+    memory.refuse_beyond(peaks, room, "the largest node has", cfg)
     peak = max(peaks.values())
     if members * peak > room:
-        raise ConfigError(pack_setting, f"{members} members per trial need about {members * peak / memory.GIB:.2f} "
-                                        f"GiB together, but the largest node gives trials {room / memory.GIB:.2f} "
-                                        f"GiB; set it to at most {max(1, int(room // max(peak, 1)))}")
+        raise ConfigError(pack_setting, f"{members} members per pack need about {members * peak / memory.GIB:.2f} "
+                                        f"GiB together, but the largest node has {room / memory.GIB:.2f} "
+                                        f"GiB for them; set it to at most {max(1, int(room // max(peak, 1)))}")
 
 
 def members_per_trial(section, n_members: int, slots: int, group_size: int = 1) -> int:
-    """The section's `pack`, or for 0 (auto) as many members per trial as spread them over about TRIALS_PER_SLOT
-    trials per slot (`slots`: trials the cluster runs at once, cluster.slots): fewer Tune trials cost less overhead,
-    and not fewer than that keeps every slot busy to the end and a crash costly to no one; rounded up to whole verdict
-    groups of `group_size` (a candidate's seeds, which stop each other only inside one trial)."""
+    """The section's `pack`, or for 0 (auto) as many members per pack as spread them over about TRIALS_PER_SLOT
+    packs per slot (`slots`: Tune trials the cluster runs at once, cluster.slots): fewer Tune trials cost less
+    overhead, and not fewer than that keeps every slot busy to the end and a crash costly to no one; rounded up to
+    whole verdict groups of `group_size` (a candidate's seeds, which stop each other only inside one pack)."""
     if section.pack:
         return section.pack
     pack = max(1, min(MAX_AUTO_PACK, math.ceil(n_members / (TRIALS_PER_SLOT * slots))))

@@ -2,13 +2,13 @@
 
     quickstart  117 trained  0 running  0 failed  234/min  round 11, 8/8 slices finished
 
-Members trained (of the total, for a grid, which then adds an ETA), Tune trials running and failed for good, members
-trained per minute since this run started (always that one unit), and the sweep's summary: a search's round and
-settled slices, a grid's count of trials that generalize OOD. The README's glossary, "The main job", explains each.
+Members trained (of the total, for a grid, which then adds an ETA), packs (Ray Tune trials) running and failed for
+good, members trained per minute since this run started (always that one unit), and the sweep's summary: a search's
+round and settled slices, a grid's count of members that generalize OOD. The README's glossary, "The main job", explains each.
 
 On a terminal the line is rewritten in place; elsewhere (CI logs, `ray job logs`) a line is printed when the counts
 change (at most every LOG_INTERVAL_S seconds), at least every QUIET_LOG_S seconds, and when the sweep ends. Members are counted from their result.json files under out/trials,
-so packed trials, resumed sweeps and crashed workers all count what is really finished.
+so packs, resumed sweeps and crashed workers all count what is really finished.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class ProgressView(ProgressReporter):
 
     def __init__(self, title: str, out: Path, total: int | None, summary: Callable[[], str] = lambda: "",
                  refresh: Callable[[], None] = lambda: None):
-        self.title, self.trials_dir, self.total = title, Path(out).resolve() / "trials", total
+        self.title, self.members_dir, self.total = title, Path(out).resolve() / "trials", total
         self.summary, self.refresh = summary, refresh
         self.setup()
 
@@ -39,22 +39,23 @@ class ProgressView(ProgressReporter):
         """Tune calls this when the run starts (also after a restore): the rate counts from here."""
         self.started, self.checked, self.printed = time.monotonic(), 0.0, 0.0
         self.done_at_start = self.count_done()
-        self.counts = None  # (trained, running, failed) of the last line printed
+        self.counts = None  # (members trained, packs running, packs failed) of the last line printed
 
     def __getstate__(self) -> dict:
         """Tune pickles its run config (tuner.pkl); summary and refresh are closures over live objects and stay behind."""
         return vars(self) | {"summary": _nothing, "refresh": _none}
 
     def count_done(self) -> int:
-        return sum(1 for _ in self.trials_dir.glob("*/result.json")) if self.trials_dir.exists() else 0
+        return sum(1 for _ in self.members_dir.glob("*/result.json")) if self.members_dir.exists() else 0
 
     def should_report(self, trials, done: bool = False) -> bool:
         interval = TTY_INTERVAL_S if sys.stdout.isatty() else LOG_INTERVAL_S
         return done or time.monotonic() - self.checked >= interval
 
     def report(self, trials, done: bool, *sys_info: str) -> None:
+        """Tune's hook; `trials` are its Tune trials, our packs."""
         self.refresh()
-        statuses = [t.status for t in trials]
+        statuses = [pack.status for pack in trials]
         counts = (self.count_done(), statuses.count("RUNNING"), statuses.count("ERROR"))
         self.checked = time.monotonic()
         tty, quiet = sys.stdout.isatty(), self.checked - self.printed >= QUIET_LOG_S
@@ -66,7 +67,7 @@ class ProgressView(ProgressReporter):
         sys.stdout.flush()
 
     def line(self, statuses: list[str]) -> str:
-        """The view's text, from the Tune trials' statuses and the result files."""
+        """The view's text, from the packs' (Tune trials') statuses and the members' result files."""
         done = self.count_done()
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = (done - self.done_at_start) / elapsed

@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import difflib
 import functools
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,16 @@ def load_section(path: str | Path, overrides: list[str], name: str, schema: type
     base = load(path, [o for o in overrides if o.partition("=")[0].partition(".")[0] != name], check_device=False)
     sections = [OmegaConf.create(layer[name]) for layer in layers if name in layer]
     return base, OmegaConf.to_object(merge_checked(schema(), sections, prefix=f"{name}."))
+
+
+def renamed_value(key: str, value: Any, new_names: dict[str, str]) -> Any:
+    """`value` of `key` under its current name. A user's config is an interface: a value that was renamed (new_names:
+    old -> new) keeps working under its old name, with a one-line notice on stderr (its caller reads the config once
+    per run, so once per run)."""
+    if not isinstance(value, str) or value not in new_names:
+        return value
+    print(f"headsweep: {key}={value} is deprecated; use {key}={new_names[value]}", file=sys.stderr)
+    return new_names[value]
 
 
 def refuse_overrides_of(overrides: list[str], set_by: dict[str, str]) -> None:

@@ -38,12 +38,13 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[IO[bytes
     return path
 
 
-def claim_out(out: Path, resolved_config: str) -> None:
-    """Re-running a verb on the same --out resumes it; another config there would mix two experiments: refused."""
+def claim_out(out: Path, resolved_config: str, *as_written_before: str) -> None:
+    """Re-running a verb on the same --out resumes it; another config there would mix two experiments: refused.
+    `as_written_before`: the same config as an earlier version wrote it (a value since renamed), which resumes too."""
     if Path(out).exists() and not Path(out).is_dir():
         raise ConfigError("--out", f"{out} is a file, not a directory")
     existing = Path(out) / "config.yaml"
-    if existing.exists() and existing.read_text() != resolved_config:
+    if existing.exists() and existing.read_text() not in (resolved_config, *as_written_before):
         raise ConfigError("--out", f"{out} holds the results of a different config; choose another directory")
 
 
@@ -83,13 +84,13 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return records
 
 
-def format_shape(q) -> str:
+def format_distribution(q) -> str:
     """A distribution {value: probability} as one CSV cell, '1:0.500 2:0.500' ('' for none)."""
     return " ".join(f"{k}:{p:.3f}" for k, p in q.items()) if isinstance(q, dict) else ""
 
 
-def parse_shape(text) -> dict[int, float] | None:
-    """format_shape's text back to {value: probability} (None for an empty cell)."""
+def parse_distribution(text) -> dict[int, float] | None:
+    """format_distribution's text back to {value: probability} (None for an empty cell)."""
     if not isinstance(text, str) or not text.strip():
         return None
     return {int(k): float(p) for k, p in (pair.split(":") for pair in text.split())}

@@ -2,7 +2,7 @@
 
 JsonlSink is the source of truth (always on, one flushed line per evaluation, so a crash loses at most the record in
 flight); W&B mirrors it. `logging.wandb=false` imports nothing from wandb: WandbSink imports
-it when it is built, and only trial_logger builds it.
+it when it is built, and only trial_logger builds it (one logger per member, or per `headsweep train` run).
 """
 from __future__ import annotations
 
@@ -31,16 +31,16 @@ WANDB_MODES = ("auto", "online", "offline", "disabled")
 _ENV_MODES = {"online": "online", "run": "online", "shared": "online", "offline": "offline", "dryrun": "offline",
               "disabled": "disabled"}
 DEFAULT_BASE_URL = "https://api.wandb.ai"
-PROBE_TIMEOUT_S = 3.0  # how long a logged-in trial waits to learn that the W&B server does not answer
-RUN_ID_FILE = "headsweep-run-id"  # in <trial>/wandb/: a retried trial continues the same W&B run
+PROBE_TIMEOUT_S = 3.0  # how long a logged-in member waits to learn that the W&B server does not answer
+RUN_ID_FILE = "headsweep-run-id"  # in <member>/wandb/: a retried member continues the same W&B run
 
 
 @dataclass
 class LoggingConfig:
-    """Where a trial's records go besides metrics.jsonl (which is always written)."""
+    """Where a member's records go besides metrics.jsonl (which is always written)."""
 
     media_every: int = 0  # also log attention maps and matrices every this many evaluations; 0: only at the end
-    wandb: bool = True  # mirror every trial to a W&B run (offline unless logged in); false imports nothing from wandb
+    wandb: bool = True  # mirror every member to a W&B run (offline unless logged in); false imports nothing from wandb
     project: str = "headsweep"  # W&B project of the runs
     entity: str = ""  # W&B entity (user or team) of the runs; empty: the logged-in account's default
     mode: str = "auto"  # auto | online | offline | disabled; auto: WANDB_MODE, else online if logged in, else offline
@@ -79,7 +79,7 @@ class Logger:
     """Forwards to every sink; with none it does nothing, so library callers need not care about logging.
 
     Besides scalar records, sinks may implement `log_media(arrays, step)` (attention maps, matrices: the arrays of
-    attention.npz), `summary(metrics)` (a trial's final result) and `mark_failed()` (the trial raised before the
+    attention.npz), `summary(metrics)` (a member's final result) and `mark_failed()` (the member raised before the
     logger closed); sinks without them skip those calls.
     """
 
@@ -119,8 +119,8 @@ class Logger:
 
 def trial_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", group: str | None = None,
                  name: str | None = None, tags: tuple[str, ...] = ()) -> Logger:
-    """The logger of one trial: metrics.jsonl in out_dir (the source of truth), any extra sinks, then a W&B run
-    when `logging.wandb` is on and the mode is not disabled.
+    """The logger of one member (or a `headsweep train` run): metrics.jsonl in out_dir (the source of truth), any
+    extra sinks, then a W&B run when `logging.wandb` is on and the mode is not disabled.
 
     W&B run: job_type = the verb, group = `group` or the experiment name (`cfg.name`), name = `name` or one built
     from the config (`run_name`), tags = automatic ones + `logging.tags` + `tags`. A metrics.jsonl that already holds
@@ -149,11 +149,12 @@ def trial_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", grou
 
 
 class WandbSink:
-    """Mirrors one trial to one W&B run: every evaluation as history, media figures, an npz artifact, the summary.
+    """Mirrors one member to one W&B run: every evaluation as history, media figures, an npz artifact, the summary.
 
-    The run lives in <trial dir>/wandb (WANDB_DIR, absolute). Images are the task's and the model's heatmaps
-    (trainables.readouts.trial_images: numpy, no figure drawn, a small fraction of a trial) as uint8 RGB (W&B renders
-    bare float arrays black); the report draws the same arrays as full figures. The diversity measures (`data/*`, constant in a trial) are
+    The run lives in <member dir>/wandb (WANDB_DIR, absolute). Images are the task's and the model's heatmaps
+    (trainables.readouts.trial_images: numpy, no figure drawn, a small fraction of a member's training) as uint8 RGB
+    (W&B renders bare float arrays black); the report draws the same arrays as full figures. The diversity measures
+    (`data/*`, constant in a member) are
     also put in the run's config, so runs can be grouped and filtered by diversity. At close, the arrays of the last
     media call (the final readout) become an artifact `attention-<run id>` holding attention.npz.
     """
@@ -171,13 +172,13 @@ class WandbSink:
             project=project, entity=entity or None, group=group, job_type=job_type, name=name,
             tags=list(dict.fromkeys(tag[:64] for tag in tags)),  # unique, in order; W&B caps a tag at 64 characters
             config=config, id=run_id, resume="allow" if resume else None, dir=str(out_dir), mode=mode,
-            reinit="create_new",  # several trials may share a process (reused Ray actors, later packed members)
+            reinit="create_new",  # several members may share a process (reused Ray actors, packed members)
             settings=wandb.Settings(
                 console="off",  # leave stdout/stderr alone: the progress bar and Ray's capture keep working
                 silent=True,  # trial_logger says where an offline run went, once
-                x_disable_stats=True, x_disable_machine_info=True,  # no system sampling or hardware probing per trial
+                x_disable_stats=True, x_disable_machine_info=True,  # no system sampling or hardware probing per member
                 # The installed packages (requirements.txt) once per process: listing them parses every package's
-                # metadata, 0.19 s a run, as long as training a one-step trial; the later runs of a reused actor
+                # metadata, 0.19 s a run, as long as training a one-step member; the later runs of a reused actor
                 # or a pack share that process's environment.
                 x_save_requirements=not WandbSink.requirements_saved,
             ),
@@ -218,7 +219,7 @@ class WandbSink:
             path = Path(self.run.dir).parent / "attention.npz"  # beside the offline run's records, synced with them
             np.savez_compressed(path, **self.arrays)
             artifact = self.wandb.Artifact(f"attention-{self.run.id}", type="attention",
-                                           description="attention.npz of the trial's final readout",
+                                           description="attention.npz of the member's final readout",
                                            metadata={k: list(np.shape(v)) for k, v in self.arrays.items()})
             artifact.add_file(str(path), name="attention.npz", policy="immutable")  # no copy into ~/.local/share
             self.run.log_artifact(artifact)
@@ -226,7 +227,7 @@ class WandbSink:
 
 
 def resolve_wandb_mode(requested: str) -> tuple[str, str]:
-    """(mode, reason): the W&B mode a trial will use. Never one that prompts for a login or waits on a dead server.
+    """(mode, reason): the W&B mode a member will use. Never one that prompts for a login or waits on a dead server.
 
     `auto` takes WANDB_MODE when it is set; online (asked for or from auto) needs credentials (WANDB_API_KEY,
     WANDB_IDENTITY_TOKEN_FILE or a ~/.netrc entry from `wandb login`) and a server that answers within
@@ -276,14 +277,14 @@ def server_answers(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
         except OSError:
             pass
 
-    thread = threading.Thread(target=probe, daemon=True)  # a daemon: a hung DNS lookup cannot hold the trial
+    thread = threading.Thread(target=probe, daemon=True)  # a daemon: a hung DNS lookup cannot hold the member
     thread.start()
     thread.join(timeout)
     return answered.is_set()
 
 
 def _run_id(wandb_dir: Path, resume: bool) -> tuple[str, bool]:
-    """The W&B run id of this trial and whether to resume it: the earlier attempt's id when resuming, else new."""
+    """The W&B run id of this member and whether to resume it: the earlier attempt's id when resuming, else new."""
     id_file = wandb_dir / RUN_ID_FILE
     if resume and id_file.exists():
         return id_file.read_text().strip(), True

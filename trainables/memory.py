@@ -57,7 +57,7 @@ def refuse_beyond(peaks: dict[str, int], room: int, whose: str, cfg) -> None:
     bytes; `whose` says where the room is ("cuda has")."""
     key = max(peaks, key=peaks.get)
     if peaks[key] > room:
-        raise ConfigError(key, f"a trial needs about {peaks[key] / GIB:.2f} GiB at its peak ({key}="
+        raise ConfigError(key, f"a training run needs about {peaks[key] / GIB:.2f} GiB at its peak ({key}="
                                f"{_value(cfg, key)}), but {whose} {room / GIB:.2f} GiB available; make it smaller")
 
 

@@ -1,5 +1,6 @@
-"""Members of one shape trained as one (DESIGN "Packing"): their parameters stacked along a leading member dimension,
-one vmapped forward and backward per step, one optimizer per phase over the stacked parameters.
+"""The members of a pack whose tensors stack (one architecture and training setup: pack_key) trained as one (DESIGN
+"Packing"): their parameters stacked along a leading member dimension, one vmapped forward and backward per step,
+one optimizer per phase over the stacked parameters.
 
 Each member keeps its own seed, data distribution and batches, its own early stopping and its own divergence (train.py's
 loop keeps those per member); what it gets from the stack is exactly what it would get alone:

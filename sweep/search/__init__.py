@@ -7,11 +7,13 @@ min_diversity.csv (or best.csv). The report is dashboards/report.py's, built fro
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dashboards import report, search_wandb
 from sweep import cluster, preflight, tuner
 from sweep.out_dir import OutDir
 from sweep.search import loop, studies, tables
-from sweep.search.config import load_search
+from sweep.search.config import RENAMED_SAMPLERS, load_search
 from trainables import config, store
 from trainables.errors import ConfigError
 from trainables.io import claim_out, create_out
@@ -33,7 +35,7 @@ def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str 
     all_slices = studies.slices(base, search, study_prefix or base.name)
     resolved = config.to_yaml(base, search=search)
     out = OutDir.open(out_arg)
-    claim_out(out.local, resolved)
+    claim_out(out.local, resolved, *_as_written_before(base, search))
     # The storage and its studies are checked (read only) before Ray starts and before anything is written.
     key, experiment = "--storage" if storage_url else "--out", studies.fingerprint(base, search)
     storage = studies.storage_for(storage_url, out.local.resolve(), create=False)
@@ -64,8 +66,15 @@ def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str 
     return 0
 
 
+def _as_written_before(base, search) -> list[str]:
+    """config.yaml as a search from before a sampler was renamed wrote it (search.sampler: grid, now exhaustive): its
+    --out resumes under the new name (its studies do: the sampler is not in their fingerprint)."""
+    return [config.to_yaml(base, search=dataclasses.replace(search, sampler=old))
+            for old, new in RENAMED_SAMPLERS.items() if new == search.sampler]
+
+
 def _write_tables_and_report(out: OutDir, base, search, opened: dict, all_slices: list):
-    """trials.csv and min_diversity.csv (or best.csv), then the report, from the trials' files (pulled first from a
+    """trials.csv and min_diversity.csv (or best.csv), then the report, from the members' files (pulled first from a
     bucket, and pushed back); the per-slice table."""
     out.pull_trials()
     table = tables.write(out.local, base, search, opened, all_slices)

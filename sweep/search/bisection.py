@@ -6,7 +6,7 @@
 - BisectionSampler (`search.sampler: bisection`, the protocol before intervals): success is taken as monotone in
   diversity and each value gets a verdict (m of n seeds must succeed, pooled as a rate); it bisects the ordered knob
   values, and re-checks the boundary with fresh seeds before it stops. With m = n that is the all-pass rule.
-- ExhaustiveSampler (`search.sampler: grid`): every value once, the reference.
+- ExhaustiveSampler (`search.sampler: exhaustive`, `grid` before): every value once, the reference.
 Each one's next value is a pure function of the study's completed trials (and, with search.guide, of the verdicts
 other slices' earlier rounds imply), so a resumed study asks exactly what an uninterrupted one would have asked.
 """

@@ -54,8 +54,8 @@ def predictions(values: list[int], measures: dict[int, float], others: list[tupl
 
 
 def active(search) -> bool:
-    """Only the threshold and bisection samplers are steered; tpe and grid ignore the guide (so
-    `search.sampler=grid` runs a guided config's exhaustive reference as it is)."""
+    """Only the threshold and bisection samplers are steered; tpe and exhaustive ignore the guide (so
+    `search.sampler=exhaustive` runs a guided config's exhaustive reference as it is)."""
     return bool(search.guide.metric) and search.sampler in ("threshold", "bisection")
 
 

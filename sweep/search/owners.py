@@ -1,6 +1,7 @@
 """Several drivers (`headsweep search` processes, on one machine or many) may work on the same studies at once: the
-same --out with its journal, or one --storage database. Every trial records the driver that asked it (user attrs,
-written just after study.ask creates it), and the rules below read that record the same way from every driver's side.
+same --out with its journal, or one --storage database. ("Trial" here is an Optuna trial throughout: one candidate's
+evaluation.) Every trial records the driver that asked it (user attrs, written just after study.ask creates it), and
+the rules below read that record the same way from every driver's side.
 Only Optuna's public API is used, so resumable studies do not rest on its internals.
 
 - A driver is its host, boot, pid and the process's start time (a reused pid is another driver). While it trains,

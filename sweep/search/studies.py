@@ -50,7 +50,7 @@ class Slice:
 
     def candidate(self, params: dict, knob: str) -> dict:
         """An Optuna trial's params -> the config keys they set (a list param gathered back into one list; floats
-        rounded to 6 significant digits, so configs and trial directories read cleanly)."""
+        rounded to 6 significant digits, so configs and member directories read cleanly)."""
         point = {knob: params[knob]} if knob else {}
         for param in self.params:
             values = [_clean(params[name]) for name in param.names()]
@@ -82,7 +82,7 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
         if knob and not values:
             raise ConfigError("search.constraints", f"slice {point_id(point) or 'all'} leaves no knob value")
         measures = {}
-        if not params:  # with params, a trial's config is known only once they are drawn: checked then
+        if not params:  # with params, a member's config is known only once they are drawn: checked then
             for v in values:
                 cfg = _check_point(base_dict, point | {knob: v})
                 if guide.active(search):
@@ -248,13 +248,14 @@ def _check_journal(path: Path, key: str) -> None:
 
 
 def fingerprint(base: config.Config, search: SearchConfig) -> str:
-    """What makes the trials of two runs one experiment: the trial config (not its name, device or logging) and what
-    the search asks and counts as success. Budget, resources, packing and sampler settings may change between runs
-    of one study (as --extend does)."""
-    trial = {k: v for k, v in config.to_dict(base).items() if k not in ("name", "device", "logging")}
+    """What makes the Optuna trials of two runs one experiment: the training config (not its name, device or
+    logging) and what the search asks and counts as success. Budget, resources, packing and the sampler (and its
+    settings: a study made with search.sampler=grid, now exhaustive, resumes under the new name) may change between
+    runs of one study (as --extend does)."""
+    training = {k: v for k, v in config.to_dict(base).items() if k not in ("name", "device", "logging")}
     asked = {k: v for k, v in dataclasses.asdict(search).items() if k in ASKED}
     asked["success"].pop("confidence")  # how sure the interval must be is not what the seeds measure
-    return hashlib.sha256(json.dumps([trial, asked], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([training, asked], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 ASKED = ("knob", "slices", "constraints", "success", "params", "minimize", "reference")
@@ -301,10 +302,10 @@ def make_sampler(sl: Slice, search: SearchConfig) -> optuna.samplers.BaseSampler
                                           search.resolution, search.budget.trainings)
     if search.sampler == "bisection":
         return bisection.BisectionSampler(knob, sl.values, min_rate)
-    if search.sampler == "grid":
+    if search.sampler == "exhaustive":
         return bisection.ExhaustiveSampler(knob, sl.values, min_rate)
     # TPE with settings pinned (Optuna 5 changed its defaults): success enters as a constraint, set per trial;
-    # several dimensions (a distribution's shape) are modelled jointly; several candidates a round need the liar.
+    # several dimensions (a distribution's parameters) are modelled jointly; several candidates a round need the liar.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=search.sampler_seed, multivariate=bool(sl.params),

@@ -1,8 +1,9 @@
-"""What a search leaves beside its studies: trials.csv (one row per trained seed) and, per slice, either
-min_diversity.csv (K*_q, the smallest diversity at which a seed passes with probability >= q, with its interval) and
-success_curve.csv (p at each knob value with its interval), or, for a search that minimises a metric (e.g. the data
-cost of a distribution's shape), best.csv (the cheapest candidate that generalizes beside the reference such as
-Proposition 8). The report is built from these files (dashboards/report.py)."""
+"""What a search leaves beside its studies: trials.csv (one row per member: a seed trained at a candidate) and, per
+slice, either min_diversity.csv (K*_q, the smallest diversity at which a seed passes with probability >= q, with its
+interval) and success_curve.csv (p at each knob value with its interval), or, for a search that minimises a metric
+(e.g. the data cost of a training distribution: a distribution search), best.csv (the cheapest candidate that
+generalizes beside the reference such as Proposition 8). The report is built from these files (dashboards/report.py).
+"Trial" here is an Optuna trial: one evaluation of a candidate on its seeds."""
 from __future__ import annotations
 
 import math
@@ -17,30 +18,31 @@ from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice
 from sweep.space import point_id, read_error, read_result
 from trainables import config
-from trainables.io import atomic_write, format_shape
+from trainables.io import atomic_write, format_distribution
 from trainables.tasks import task_of
 
 
 def write(out: Path, base: config.Config, search: SearchConfig, studies: dict, all_slices: list[Slice]) -> pd.DataFrame:
     """Write trials.csv and min_diversity.csv (or best.csv) from the studies; the per-slice table, for printing."""
-    atomic_write(out / "trials.csv", trial_rows(studies, all_slices, search, out).to_csv(index=False))
+    atomic_write(out / "trials.csv", member_rows(studies, all_slices, search, out).to_csv(index=False))
     if search.minimize:
         table = best_rows(studies, all_slices, search, base, out)
-        shapes = [c for c in ("q", "reference q") if c in table.columns]
-        atomic_write(out / "best.csv", table.assign(**{c: table[c].map(format_shape) for c in shapes})
+        distributions = [c for c in ("q", "reference q") if c in table.columns]
+        atomic_write(out / "best.csv", table.assign(**{c: table[c].map(format_distribution) for c in distributions})
                      .to_csv(index=False))
-        return table.drop(columns=shapes)
+        return table.drop(columns=distributions)
     table, curves = min_diversity_rows(studies, all_slices, search, base)
     atomic_write(out / "success_curve.csv", curves.to_csv(index=False))
     atomic_write(out / "min_diversity.csv", table.to_csv(index=False))
     return table
 
 
-def trial_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out: Path) -> pd.DataFrame:
-    """One row per trained seed: study, slice keys, candidate, seed, Optuna state and number, whether the candidate
-    succeeded (feasible), final metrics. The candidate is the knob value, or a name of the params without a knob.
-    A seed asked again after its Optuna trial failed (a driver stopped mid-evaluation: the same seeds, results reused)
-    is one row, under the latest trial that asked it."""
+def member_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out: Path) -> pd.DataFrame:
+    """One row per member (a seed asked at a candidate): study, slice keys, candidate, seed, member id (its
+    directory under trials/), its Optuna trial's state and number, whether the candidate succeeded (feasible), final
+    metrics. The candidate is the knob value, or a name of the params without a knob. A seed asked again after its
+    Optuna trial failed (a driver stopped mid-evaluation: the same seeds, results reused) is one row, under the latest
+    Optuna trial that asked it."""
     rows = {}
     for sl in all_slices:
         for trial in studies[sl.study_name].get_trials(deepcopy=False):
@@ -50,12 +52,14 @@ def trial_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out
             feasible = trial.constraints.get("success", math.inf) <= 0 if trial.state.name == "COMPLETE" else None
             for seed in trial.user_attrs["seed_list"]:
                 point = sl.point | candidate | {"seed": seed}
+                member = point_id(point)
                 error = read_error(point, out)
                 result = read_result(point, out) or {"status": "error" if error else "unfinished", "error": error}
-                rows[sl.study_name, point_id(point)] = {
+                rows[sl.study_name, member] = {
                     "study": sl.study_name, **point,
                     "candidate": candidate[search.knob.key] if search.knob.key else point_id(candidate),
-                    "state": trial.state.name, "optuna_trial": trial.number, "feasible": feasible} | result
+                    "member": member, "state": trial.state.name, "optuna_trial": trial.number,
+                    "feasible": feasible} | result
     return pd.DataFrame(rows.values())
 
 
@@ -146,8 +150,8 @@ def _measure(base_dict: dict, point: dict, axis: str) -> float:
 def best_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base: config.Config,
               out: Path) -> pd.DataFrame:
     """One row per slice: the feasible candidate with the lowest objective (its params, objective, the task's
-    diversity measure, success rate, distribution q), how many candidates were evaluated and feasible, and the
-    reference's measured values."""
+    diversity measure, success rate, training distribution q), how many candidates were evaluated (`n_trials`:
+    completed Optuna trials) and feasible, and the reference's measured values."""
     base_dict, metric, axis = config.to_dict(base), search.minimize, task_of(base).diversity_axis
     rows = []
     for sl in all_slices:
@@ -161,7 +165,7 @@ def best_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base
             row |= {"best_trial": best.number, **sl.candidate(best.params, search.knob.key), metric: best.value,
                     axis: result.get(axis, np.nan),
                     "success_rate": best.user_attrs["successes"] / best.user_attrs["seeds"],
-                    "q": _shape(base_dict, point)}
+                    "q": _distribution(base_dict, point)}
         if search.reference:
             point = sl.point | search.reference
             results = [r for r in (read_result(point | {"seed": base.seed + s}, out) for s in search.success.seeds)
@@ -170,12 +174,12 @@ def best_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base
             row |= {f"reference {metric}": np.nanmean([r.get(metric, np.nan) for r in results]) if results else np.nan,
                     f"reference {axis}": results[0][axis] if results else np.nan,
                     "reference success_rate": np.mean(hits) if results else np.nan,
-                    "reference q": _shape(base_dict, point)}
+                    "reference q": _distribution(base_dict, point)}
         rows.append(row | {"study": sl.study_name})
     return pd.DataFrame(rows)
 
 
-def _shape(base_dict: dict, point: dict) -> dict[int, float] | None:
-    """The training distribution of a point's config, as its task describes it (trigger copy: {l: q_l})."""
+def _distribution(base_dict: dict, point: dict) -> dict[int, float] | None:
+    """The training distribution of a point's config, as its task describes it (Task.shape; trigger copy: {l: q_l})."""
     cfg = config.with_point(base_dict, point, check_device=False)
     return task_of(cfg).shape(cfg.task)

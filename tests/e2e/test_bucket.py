@@ -30,7 +30,7 @@ TIMEOUT_S = 300
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: read-only for the second node
 PRIVATE = "/tmp/headsweep-private-node"  # inside the second node's own /tmp only
 MEMBER_FILES = {"config.yaml", "metrics.jsonl", "result.json", "attention.npz"}
-COMPARED = ["trial", "status", "steps", "id/acc", "ood/acc"]
+COMPARED = ["member", "status", "steps", "id/acc", "ood/acc"]
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +171,8 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
     frame = pd.read_csv(s3.client().get_object(Bucket=s3.bucket, Key=f"{prefix}/results.csv")["Body"])
     local_reference(["grid", GRID, SHORT, "logging.wandb=true"], tmp_path / "local")
     reference = pd.read_csv(tmp_path / "local" / "results.csv")
-    pd.testing.assert_frame_equal(frame[COMPARED].sort_values("trial").reset_index(drop=True),
-                                  reference[COMPARED].sort_values("trial").reset_index(drop=True))
+    pd.testing.assert_frame_equal(frame[COMPARED].sort_values("member").reset_index(drop=True),
+                                  reference[COMPARED].sort_values("member").reset_index(drop=True))
     assert (tmp_path / "cache-b" / s3.bucket / prefix / "report.html").exists()  # the local copy it printed
 
     # The report rebuilt from the bucket alone, anywhere.

@@ -16,7 +16,7 @@ def test_a_grid_submitted_as_a_job_runs_on_the_head_and_leaves_its_results(ray_h
                         "--", "headsweep", "grid", "configs/debug_grid.yaml", "--out", str(out), timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert f"Job '{job_id}' succeeded" in proc.stdout, proc.stdout[-4000:]
-    assert "8 trials: 8 completed" in proc.stdout  # the driver's summary, streamed back by the jobs CLI
+    assert "8 members: 8 completed" in proc.stdout  # the driver's summary, streamed back by the jobs CLI
 
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 8 and set(frame["status"]) == {"completed"}

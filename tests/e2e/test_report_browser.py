@@ -239,7 +239,7 @@ def test_train_report_holds_curves_and_every_attention_figure(train_report):
 def test_grid_report_holds_diagram_gallery_and_results(grid_report):
     page = grid_report.read_text()
     for heading in ("Phase diagram: mean ood/acc over seeds", "Final metrics against data/max_sum_ratio",
-                    "Attention gallery: 4 of 4 trials", "Results (one row per trial)"):
+                    "Attention gallery: 4 of 4 members", "Results (one row per member)"):
         assert heading in page
     assert (grid_report.parent / "phase_diagram.png").exists()  # written beside results.csv by the same builder
     assert "<script" not in page
@@ -248,7 +248,7 @@ def test_grid_report_holds_diagram_gallery_and_results(grid_report):
 def test_search_report_holds_the_answer_traces_and_threshold(search_report):
     page = search_report.read_text()
     for heading in ("Minimal diversity for OOD generalization (min_diversity.csv)", "Search traces",
-                    "Measured threshold: data/max_sum_ratio at diversity*", "Results (one row per trial)"):
+                    "Measured threshold: data/max_sum_ratio at diversity*", "Results (one row per member)"):
         assert heading in page
     assert "<script" not in page
 

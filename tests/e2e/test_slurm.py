@@ -300,7 +300,7 @@ def test_two_grids_submitted_with_sbatch_share_the_node_each_on_its_own_ray_and_
         assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), text[-4000:]
         frame = pd.read_csv(out / "results.csv")
         assert len(frame) == 4 and set(frame["status"]) == {"completed"}, frame  # 2 x 2 points, 1 seed
-        assert "4 trials: 4 completed" in text
+        assert "4 members: 4 completed" in text
         # The head came up in an srun step of the job, on loopback, with token auth, and the driver joined it.
         assert re.search(rf"Ray head up on {NODE} at 127\.0\.0\.1:\d+ with token auth \(RAY_AUTH_MODE=token, token in "
                          rf"{NODE}:{job.tmp}/auth_token\)", text), text[-4000:]
@@ -386,7 +386,7 @@ def test_a_requeued_job_resumes_its_grid_and_trains_no_finished_trial_again(slur
     assert len(after) == 8 and {name: after[name] for name in before} == before, (before, after)
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 8 and set(frame["status"]) == {"completed"}, frame
-    assert "8 trials: 8 completed" in second
+    assert "8 members: 8 completed" in second
     # Each run had its own private dir (a requeued run keeps the job id): neither, nor anything of either, is left.
     assert not leftovers(slurm, job) and not leftovers(slurm, replace(job, tmp=f"{job.tmp}-1"))
 

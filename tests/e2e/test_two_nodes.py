@@ -52,7 +52,7 @@ def test_a_grid_loses_its_second_node_and_still_finishes_every_point(head, tmp_p
 
         assert grid.wait(timeout=GRID_TIMEOUT_S) == 0, log_tail(tmp_path / "grid.log", 80)
         frame = pd.read_csv(out / "results.csv")
-        assert sorted(frame["trial"]) == sorted(POINTS) and set(frame["status"]) == {"completed"}, frame
+        assert sorted(frame["member"]) == sorted(POINTS) and set(frame["status"]) == {"completed"}, frame
         for point in POINTS:
             assert (out / "trials" / point / "result.json").exists()
         if unfinished:

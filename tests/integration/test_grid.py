@@ -54,7 +54,7 @@ def test_the_report_verb_rebuilds_the_report_grid_wrote(debug_grid, tmp_path):
 def test_debug_grid_writes_results_diagram_and_report(debug_grid):
     out, proc = debug_grid
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "8 trials: 8 completed" in proc.stdout
+    assert "8 members: 8 completed" in proc.stdout
     assert "Last result" not in proc.stdout  # the progress view and the table only, no line per Tune trial
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 8 and set(frame["status"]) == {"completed"}
@@ -62,9 +62,10 @@ def test_debug_grid_writes_results_diagram_and_report(debug_grid):
             "seconds"} <= set(frame.columns)
     assert sorted(zip(frame["task.lengths.low"], frame["task.lengths.high"], frame["seed"])) == [
         (low, high, seed) for low in (2, 5) for high in (6, 8) for seed in (0, 1)]
-    # one row per trial, and each row is that trial's own result.json
+    # one row per member, and each row is that member's own result.json; `trial`, the column's old name, kept beside
+    assert (frame["trial"] == frame["member"]).all()
     for _, row in frame.iterrows():
-        result = json.loads((out / "trials" / row["trial"] / "result.json").read_text())
+        result = json.loads((out / "trials" / row["member"] / "result.json").read_text())
         assert result["ood/acc"] == pytest.approx(row["ood/acc"])
     assert (out / "phase_diagram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "data:image/png;base64," in (out / "report.html").read_text()
@@ -92,8 +93,8 @@ MEMBERS_BEYOND_MEMORY = psutil.virtual_memory().total // 2**30 + 2
 
 
 @pytest.mark.parametrize("pack, batch_size, refusal", [
-    (MEMBERS_BEYOND_MEMORY, 20_000, f"sweep.pack: {MEMBERS_BEYOND_MEMORY} members per trial need about"),  # each fits
-    (1, 100_000_000, "optim.batch_size: a trial needs about"),  # not even one
+    (MEMBERS_BEYOND_MEMORY, 20_000, f"sweep.pack: {MEMBERS_BEYOND_MEMORY} members per pack need about"),  # each fits
+    (1, 100_000_000, "optim.batch_size: a training run needs about"),  # not even one
 ])
 def test_a_trial_or_packed_population_too_large_for_the_memory_fails_before_anything_runs(tmp_path, pack, batch_size,
                                                                                            refusal):

@@ -39,7 +39,7 @@ def grids(tmp_path_factory):
 def test_packed_results_are_the_unpacked_ones(grids):
     ray_trials = {pack: [p for p in (out / "ray" / "grid").iterdir() if p.is_dir()] for pack, out in grids.items()}
     assert (len(ray_trials[1]), len(ray_trials[4])) == (4, 1)  # one Ray trial per member, or all four in one
-    alone, packed = (pd.read_csv(grids[p] / "results.csv").set_index("trial").sort_index() for p in (1, 4))
+    alone, packed = (pd.read_csv(grids[p] / "results.csv").set_index("member").sort_index() for p in (1, 4))
     assert list(alone.columns) == list(packed.columns) and list(alone.index) == list(packed.index)
     for column in alone.columns:
         for trial in alone.index:

@@ -65,7 +65,7 @@ sweep:
     assert pd.read_csv(out / "results.csv")["seconds"].tolist() == frame["seconds"].tolist()
 
 
-@pytest.mark.parametrize("sampler", ["threshold", "bisection", "tpe", "grid"])
+@pytest.mark.parametrize("sampler", ["threshold", "bisection", "tpe", "exhaustive"])
 def test_every_search_sampler_searches_a_plugins_knob(tmp_path, sampler):
     config = write(tmp_path, "search", BASE.format(name=f"plugin_{sampler}", wandb="false")
                    + SEARCH.format(sampler=sampler))

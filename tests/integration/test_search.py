@@ -111,14 +111,14 @@ def test_a_sigkilled_search_resumes_to_the_same_answer_losing_and_repeating_noth
     assert not complete.duplicated(["study", "candidate", "seed"]).any()
 
 
-def test_guided_search_and_grid_agree_on_paper_theory_slices(tmp_path):
+def test_guided_search_and_the_exhaustive_sampler_agree_on_paper_theory_slices(tmp_path):
     """The paper's own model and settings (configs/paper_theory_search.yaml) on two of its slices, one seed: the
-    bisection finds the grid's answer in fewer trainings."""
+    bisection finds the exhaustive sampler's answer in fewer trainings."""
     overrides = ["search.slices=[{key: task.lengths.low, values: [8, 9]}, {key: task.n_triggers, values: [4]}]",
                  "search.success.seeds=[0]", "search.success.min_seeds=1"]
     config = CONFIGS / "paper_theory_search.yaml"
     answers, counts = {}, {}
-    for sampler, per_round in (("bisection", 1), ("grid", 12)):  # the grid asks every width in one round
+    for sampler, per_round in (("bisection", 1), ("exhaustive", 12)):  # exhaustive: every width in one round
         proc = headsweep("search", config, *overrides, f"search.sampler={sampler}", f"search.per_round={per_round}",
                          "--out", tmp_path / sampler)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -130,5 +130,5 @@ def test_guided_search_and_grid_agree_on_paper_theory_slices(tmp_path):
             answers[sampler] = [minimal_value(sorted(rows[KEY]), {w: Evidence(int(ok), 1, 1) for w, ok in zip(
                 rows[KEY], rows["ood/acc"] >= 0.99)}, 1.0) for _, rows in trials.groupby("task.lengths.low")]
         counts[sampler] = minimal["seeds"].sum()
-    assert answers["bisection"] == answers["grid"] and not pd.isna(answers["grid"]).any()
-    assert counts["bisection"] < counts["grid"]
+    assert answers["bisection"] == answers["exhaustive"] and not pd.isna(answers["exhaustive"]).any()
+    assert counts["bisection"] < counts["exhaustive"]

@@ -200,7 +200,7 @@ def test_report_rebuilds_the_grid_report_with_its_gallery(wandb_grid):
     proc = headsweep("report", out, env=clean_env())
     assert proc.returncode == 0, proc.stderr
     page = (out / "report.html").read_text()
-    for heading in ("Phase diagram", "Attention gallery: 4 of 8 trials", "Results (one row per trial)"):
+    for heading in ("Phase diagram", "Attention gallery: 4 of 8 members", "Results (one row per member)"):
         assert heading in page
     assert page.count("data:image/png;base64,") >= 2 + 4 * 3  # diagram, curves, 3 figures per one-step trial
     assert "<script" not in page and "http" not in page.split("</style>")[1]  # self-contained

@@ -111,7 +111,7 @@ def test_predictions_carry_successes_down_and_failures_up_the_measure():
     (["search.guide.across=[]"], "search.guide.across"),
 ])
 def test_bad_guides_name_their_key(overrides, key):
-    """(tpe and grid ignore a guide: search.sampler=grid runs a guided config's reference unchanged.)"""
+    """(tpe and exhaustive ignore a guide: search.sampler=exhaustive runs a guided config's reference unchanged.)"""
     with pytest.raises(ConfigError) as error:
         load_search(CONFIGS / "debug_search.yaml", overrides)
     assert error.value.key == key

@@ -187,7 +187,7 @@ def test_the_gallery_spreads_over_diversity_or_else_over_the_first_axis(tmp_path
 def search_of_decided_candidates(out) -> None:
     """A threshold search's output dir as its trials leave it: at each of two widths, seed 0 of the one-step model
     trains and fails (2 of 2 seeds needed), so seed 1 stops before its first step (trainables/verdicts.py), then
-    trials.csv merges each trial's result.json (sweep/search/tables.py::trial_rows)."""
+    trials.csv merges each member's result.json (sweep/search/tables.py::member_rows)."""
     from tests.conftest import CONFIGS
     from trainables import config
     from trainables.io import read_json
@@ -224,7 +224,7 @@ def test_a_seed_never_trained_is_blank_in_the_results_and_absent_from_the_galler
 
     search_of_decided_candidates(tmp_path)
     page = build(tmp_path).read_text()
-    results = page[page.index("<h2>Results (one row per trial)</h2>"):]
+    results = page[page.index("<h2>Results (one row per member)</h2>"):]
     header = re.findall(r"<th>(.*?)</th>", results[:results.index("</thead>")])
     rows = [dict(zip(header, re.findall(r"<td[^>]*>(.*?)</td>", row))) for row in re.findall(r"<tr>(.*?)</tr>", results)]
     untrained = [row for row in rows if row.get("status") == "verdict_known"]
@@ -233,7 +233,7 @@ def test_a_seed_never_trained_is_blank_in_the_results_and_absent_from_the_galler
     assert all(row["data/max_sum_ratio"] != MISSING for row in untrained)  # known before training
     assert all(row["ood/acc"] != MISSING for row in rows if row.get("status") == "completed")
     gallery_html = page[page.index("<h2>Attention gallery"):page.index("<h2>Results")]
-    assert "2 of 2 trials" in gallery_html and "seed=1" not in gallery_html
+    assert "2 of 2 members" in gallery_html and "seed=1" not in gallery_html
     assert "width=1,seed=0" in gallery_html and "width=5,seed=0" in gallery_html
 
 

@@ -77,7 +77,7 @@ def test_tpe_respects_the_budget_and_extend_adds_to_it(tmp_path, fake_width_tune
 
 
 def test_the_total_budget_caps_all_slices(tmp_path, fake_width_tune):
-    base, search, all_slices, studies, _ = setup(tmp_path, "search.sampler=grid", "search.budget.total=5")
+    base, search, all_slices, studies, _ = setup(tmp_path, "search.sampler=exhaustive", "search.budget.total=5")
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     assert sum(len(completed(s)) for s in studies.values()) == 5
 
@@ -97,7 +97,7 @@ def test_zombies_are_failed_and_their_candidate_asked_again_with_the_same_seeds(
     first = completed(studies[sl.study_name])[0]
     assert first.params == zombie.params and first.user_attrs["seed_list"][0] == 0
     # trials.csv has one row per trained seed: the zombie's seed appears once, under the trial that re-asked it
-    frame = tables.trial_rows(studies, all_slices, search, tmp_path)
+    frame = tables.member_rows(studies, all_slices, search, tmp_path)
     assert not frame.duplicated(["study", "task.lengths.width", "seed"]).any()
     again = frame[(frame["study"] == sl.study_name) & (frame["optuna_trial"] == first.number)]
     assert len(again) == len(first.user_attrs["seed_list"]) and set(again["state"]) == {"COMPLETE"}

@@ -1,4 +1,4 @@
-"""A tpe search over params with a metric to minimise (the distribution-shape search): validation, candidates from
+"""A tpe search over params with a metric to minimise (the distribution search): validation, candidates from
 Optuna's params, point ids of list values, and the loop with a fake executor (real Optuna journal storage, no Ray)."""
 import json
 
@@ -79,7 +79,7 @@ def test_point_ids_of_lists_read_well_and_long_ones_stay_unique_and_short():
     assert point_id(long_a) == point_id(dict(long_a))  # a function of the point alone: resumption finds it
 
 
-def test_shape_search_finds_cheap_feasible_shapes_and_evaluates_the_reference_once(tmp_path, fake_r_tune):
+def test_distribution_search_finds_cheap_feasible_distributions_and_evaluates_the_reference_once(tmp_path, fake_r_tune):
     base, search, all_slices, studies, storage = setup(tmp_path)
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     references = [p for points in fake_r_tune for p in points if p["task.lengths.family"] == "optimal"]

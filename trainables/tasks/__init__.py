@@ -198,7 +198,9 @@ class Task:
         return {}
 
     def shape(self, cfg) -> dict[int, float] | None:
-        """The training distribution over the task's diversity variable, for shape searches (None: not one)."""
+        """The training distribution over the task's diversity variable ({value: probability}; None: not one), for
+        a distribution search's `q` columns (best.csv). The hook keeps the name docs/EXTENDING.md gives it, though
+        "shape" elsewhere means a tensor's."""
         return None
 
     def summary(self, cfg, history: list[dict[str, float]]) -> dict[str, float]:

@@ -1,0 +1,105 @@
+"""One word per idea (issue [house] item 4, docs/DESIGN.md "Words"): what was renamed keeps working under its old
+name. A config value that moved (search.sampler=grid, now exhaustive) still runs, with a one-line notice, and an
+output directory written under the old name resumes; results.csv keeps its `trial` column beside `member`, and a
+report still builds from a results.csv written before `member` existed."""
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import sweep.search
+from dashboards import report, search_wandb
+from sweep import cluster, grid, packing, preflight, space
+from sweep.out_dir import OutDir
+from sweep.search import studies
+from sweep.search.config import load_search
+from tests.conftest import CONFIGS
+from trainables import config
+from trainables.io import write_json
+
+NOTICE = "headsweep: search.sampler=grid is deprecated; use search.sampler=exhaustive\n"
+
+
+def test_the_exhaustive_sampler_runs_under_its_new_name_without_a_notice(capsys):
+    _, search = load_search(CONFIGS / "debug_search.yaml", ["search.sampler=exhaustive"])
+    assert search.sampler == "exhaustive" and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("where", ["override", "file"])
+def test_search_sampler_grid_still_works_with_a_one_line_deprecation_notice(tmp_path, capsys, where):
+    path, overrides = CONFIGS / "debug_search.yaml", ["search.sampler=grid"]
+    if where == "file":
+        path = tmp_path / "old.yaml"
+        path.write_text((CONFIGS / "debug_search.yaml").read_text().replace("sampler: threshold", "sampler: grid"))
+        overrides = []
+    base, search = load_search(path, overrides)
+    assert search.sampler == "exhaustive" and capsys.readouterr().err == NOTICE
+    renamed = load_search(CONFIGS / "debug_search.yaml", ["search.sampler=exhaustive"])[1]
+    assert studies.fingerprint(base, search) == studies.fingerprint(base, renamed)  # one experiment
+
+
+@pytest.fixture
+def search_without_ray(monkeypatch, fake_width_tune):
+    """sweep.search.run with the unit tier's fake executor in place of Ray Tune: no cluster, no bucket, no W&B."""
+    monkeypatch.setattr(cluster, "connect", lambda address: None)
+    monkeypatch.setattr(cluster, "check_resources", lambda resources: None)
+    monkeypatch.setattr(cluster, "disconnect_while", lambda work: work())
+    monkeypatch.setattr(preflight, "check_storage", lambda out: None)
+    monkeypatch.setattr(search_wandb, "log_search", lambda out: None)
+    return lambda out, *overrides, extend=0: sweep.search.run(
+        str(CONFIGS / "debug_search.yaml"), ["search.budget.per_slice=2", *overrides], str(out), None, None, extend,
+        None)
+
+
+def completed_per_study(out: Path) -> list[int]:
+    trials = pd.read_csv(out / "trials.csv")
+    return trials[trials["state"] == "COMPLETE"].groupby("study")["optuna_trial"].nunique().tolist()
+
+
+def test_a_search_made_with_sampler_grid_resumes_under_exhaustive_and_under_grid(tmp_path, capsys, search_without_ray):
+    """A search from before the rename: its config.yaml says `sampler: grid` (its studies record no sampler). Run
+    with the new name it resumes, keeping every Optuna trial (--extend N asks N more), as it does with the old one."""
+    out = tmp_path / "search"
+    assert search_without_ray(out, "search.sampler=exhaustive") == 0
+    assert completed_per_study(out) == [2, 2]
+    written = (out / "config.yaml").read_text()
+    assert "sampler: exhaustive" in written
+    (out / "config.yaml").write_text(written.replace("sampler: exhaustive", "sampler: grid"))  # as it was written
+    capsys.readouterr()
+
+    assert search_without_ray(out, "search.sampler=exhaustive", extend=1) == 0
+    assert completed_per_study(out) == [3, 3] and "sampler: exhaustive" in (out / "config.yaml").read_text()
+    assert "deprecated" not in capsys.readouterr().err
+    assert search_without_ray(out, "search.sampler=grid", extend=2) == 0
+    assert completed_per_study(out) == [5, 5] and capsys.readouterr().err == NOTICE
+
+
+def grid_members(out: Path) -> list[dict]:
+    """The debug grid's members, each with a result.json as a finished member leaves it."""
+    _, _, points = space.load_sweep(CONFIGS / "debug_grid.yaml", [])
+    members = packing.members(points, OutDir(out))
+    for member in members:
+        write_json(Path(member["dir"]) / "result.json", {"ood/acc": 1.0, "data/max_sum_ratio": 0.3,
+                                                         "status": "completed", "seconds": 1.0})
+    return members
+
+
+def test_results_csv_names_each_member_and_keeps_the_trial_column(tmp_path):
+    frame = grid.collect(grid_members(tmp_path), {})
+    keys = ["task.lengths.low", "task.lengths.high", "seed"]
+    assert list(frame.columns[:len(keys) + 3]) == keys + ["member", "trial", "status"]
+    assert frame["member"].tolist() == frame["trial"].tolist() == [
+        space.point_id(row) for row in frame[keys].to_dict("records")]
+
+
+def test_the_report_reads_a_results_csv_from_before_the_member_column(tmp_path):
+    base, sweep_section, _ = space.load_sweep(CONFIGS / "debug_grid.yaml", [])
+    (tmp_path / "config.yaml").write_text(config.to_yaml(base, sweep=sweep_section))
+    old = grid.collect(grid_members(tmp_path), {}).drop(columns=["member"])
+    old.to_csv(tmp_path / "results.csv", index=False)
+    page = report.build(tmp_path).read_text()
+    results = page[page.index("<h2>Results (one row per member)</h2>"):]
+    header = re.findall(r"<th>(.*?)</th>", results[:results.index("</thead>")])
+    assert "member" in header and "trial" not in header
+    assert all(member in results for member in old["trial"]) and "8 members: 8 completed" in page

@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from sweep.space import trial_dir
-from trainables.verdicts import Rule
+from sweep.verdicts import Rule
 
 
 def replay(out: Path, streaks: list[int]) -> pd.DataFrame:

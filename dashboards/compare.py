@@ -15,9 +15,8 @@ import pandas as pd
 from dashboards import figures
 from dashboards.report import read_config, slice_configs, theory_values
 from trainables.errors import ConfigError
-from trainables.io import atomic_write
+from trainables.io import OWN_VERDICT, atomic_write
 from trainables.tasks import task_of
-from trainables.verdicts import OWN_VERDICT
 
 FITTED = ("id/acc", 0.99)  # a seed fitted its training data: its in-distribution accuracy at or past this
 

@@ -24,9 +24,8 @@ from dashboards import figures
 from dashboards.html import Section, gallery, render_table, write_report
 from trainables import config, readouts
 from trainables.errors import ConfigError
-from trainables.io import FINISHED, atomic_write, parse_distribution, read_json, read_jsonl
+from trainables.io import FINISHED, OWN_VERDICT, atomic_write, parse_distribution, read_json, read_jsonl
 from trainables.tasks import DEFAULT, TASKS, Task, TaskView, task_of, view_of
-from trainables.verdicts import OWN_VERDICT
 
 GALLERY_MEMBERS = 4  # members whose attention figures a grid or search report shows, spread over the diversity measure
 SEARCH_COLUMNS = ["study", "candidate", "state", "feasible"]

@@ -25,7 +25,7 @@ MAX_AUTO_PACK = 64  # auto packing never puts more members than this in one pack
 def members(points: list[dict], out: OutDir, job_type: str = "grid",
             verdict: Callable[[dict], dict | None] = lambda point: None) -> list[dict]:
     """The member dicts of these points: point, directory (a path, or a URI in the bucket), job type and, where
-    `verdict` gives one, the rule it is judged and stopped by (trainables/verdicts.py)."""
+    `verdict` gives one, the rule it is judged and stopped by (sweep/verdicts.py)."""
     return [{"point": point, "dir": out.member_dir(point), "job_type": job_type}
             | ({"verdict": rule} if (rule := verdict(point)) else {}) for point in points]
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sweep.verdicts import StopConfig, rule_per_point
 from trainables import config
 from trainables.errors import ConfigError, require
 from trainables.io import ERROR_FILE, read_json
 from trainables.tasks import task_of
-from trainables.verdicts import Rule, StopConfig
 
 
 @dataclass
@@ -135,13 +135,11 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
 
 
 def verdict_rule(base: config.Config, sweep: SweepConfig):
-    """point -> the rule its member is stopped by (trainables/verdicts.py; the task's success metric at
-    eval.threshold), or None for every point when sweep.stop.streak is 0."""
-    task, streak = task_of(base), sweep.stop.streak
-    if not streak:
-        return lambda point: None
-    return lambda point: Rule(task.success_metric, point.get("eval.threshold", base.eval.threshold),
-                              task.success_above, streak, group=point_id(point)).to_dict()
+    """point -> the rule its member is stopped by (sweep/verdicts.py): the task's success metric at the point's
+    eval.threshold, each point a group of its own; None for every point when sweep.stop.streak is 0."""
+    task = task_of(base)
+    return rule_per_point(task.success_metric, task.success_above, sweep.stop.streak,
+                          threshold=lambda point: point.get("eval.threshold", base.eval.threshold), group=point_id)
 
 
 def axis_values(axis: AxisConfig, where: str) -> list[Any]:

@@ -16,8 +16,11 @@ from typing import Callable, IO
 
 from trainables.errors import ConfigError
 
-FINISHED = ("completed", "early_stopped", "diverged", "succeeded", "verdict_known")  # a trial with a result.json
-# (trainables/verdicts.py: "succeeded" stopped once it passed, "verdict_known" once its candidate was decided)
+# A member's stopper (trainables/stopper.py; a sweep's verdict rule, sweep/verdicts.py) may end it with these two:
+SUCCEEDED = "succeeded"  # passed the threshold at `streak` evaluations in a row, stopped there
+VERDICT_KNOWN = "verdict_known"  # stopped (or never started) because its candidate's verdict was decided
+FINISHED = ("completed", "early_stopped", "diverged", SUCCEEDED, VERDICT_KNOWN)  # a trial with a result.json
+OWN_VERDICT = tuple(s for s in FINISHED if s != VERDICT_KNOWN)  # a finished member whose metrics are its own verdict
 ERROR_FILE = "error.txt"  # in a trial's directory: why its last attempt failed (removed once it finishes)
 
 

@@ -26,13 +26,13 @@ from tqdm import tqdm
 
 from trainables import readouts
 from trainables.errors import require
-from trainables.io import atomic_write, write_json
+from trainables.io import SUCCEEDED, VERDICT_KNOWN, atomic_write, write_json
 from trainables.logger import Logger
 from trainables.models import MODELS
 from trainables.optim import Phase
 from trainables.population import Batches, Stack, compile_mode, pack_key, stack_batches
-from trainables.tasks import Batch, task_of
-from trainables.verdicts import SUCCEEDED, VERDICT_KNOWN, Verdicts, margin
+from trainables.stopper import NEVER, Stopper
+from trainables.tasks import Batch, margin, task_of
 
 
 @dataclass
@@ -77,10 +77,10 @@ class TrainState:
     phases: list[Phase]
     generator: torch.Generator  # draws the training batches of a task without a batch_sampler (a plugin's)
     key: int  # the member's training-data stream (trainables/streams.py): a task with a batch_sampler draws from it
-    stopper: EarlyStopping
+    early_stopping: EarlyStopping
     step: int = 0  # optimizer steps taken
     status: str = "running"  # until it ends: completed (its last step), or early_stopped, diverged, succeeded or
-    # verdict_known (trainables/verdicts.py) before it
+    # verdict_known (its Stopper's, trainables/stopper.py) before it
     diverged_because: str = ""  # what was not finite, and at which step
     stopped_because: str = ""  # why a run that succeeded early or whose verdict was known stopped where it did
     loss_sum: float = 0.0  # training loss x count, hits and count over the scored positions since the last evaluation
@@ -206,7 +206,8 @@ def checkpoint(state: TrainState, metrics: dict, seconds: float, history: list[d
             "final": state.status != "running" or state.step >= state.total_steps,  # nothing left to resume
             "model": copy.deepcopy(state.model.state_dict()),
             "optimizers": [copy.deepcopy(phase.optimizer.state_dict()) for phase in state.phases],
-            "train_generator": state.generator.get_state(), "stopper": vars(state.stopper).copy(), "seconds": seconds}
+            "train_generator": state.generator.get_state(), "seconds": seconds,
+            "stopper": vars(state.early_stopping).copy()}  # its key in checkpoints already written
 
 
 def restore(state: TrainState, saved: dict) -> None:
@@ -214,7 +215,7 @@ def restore(state: TrainState, saved: dict) -> None:
     for phase, optimizer_state in zip(state.phases, saved["optimizers"]):
         phase.optimizer.load_state_dict(copy.deepcopy(optimizer_state))  # never train the checkpoint's own tensors
     state.generator.set_state(saved["train_generator"])
-    state.stopper = EarlyStopping(**saved["stopper"])
+    state.early_stopping = EarlyStopping(**saved["stopper"])
     # A checkpoint from before the running status said "completed" while running.
     state.status = "running" if saved["status"] == "completed" else saved["status"]
     state.step = saved["step"]
@@ -234,7 +235,7 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
 
 def reference_loop(cfg) -> dict[str, float | str]:
     """The training loop of one member, written out to be read top to bottom: what train_members does for each member
-    of a pack, without what a sweep adds around it (checkpoints, W&B, verdicts, packing, the final readout). Returns
+    of a pack, without what a sweep adds around it (checkpoints, W&B, a stopper, packing, the final readout). Returns
     the last evaluation's metrics with the run's status and steps; tests/unit/test_population.py holds them equal
     to train()'s."""
     state, eval_sets, _ = init_state(cfg)
@@ -253,7 +254,7 @@ def reference_loop(cfg) -> dict[str, float | str]:
         metrics = state.train_metrics() | evaluate(state.model, eval_sets, cfg)
         if not math.isfinite(metrics["id/loss"]):
             state.diverge("id/loss", metrics["id/loss"])
-        elif state.stopper.should_stop(metrics["id/loss"]):
+        elif state.early_stopping.should_stop(metrics["id/loss"]):
             state.status = "early_stopped"
         elif state.step >= state.total_steps:
             state.status = "completed"
@@ -282,14 +283,15 @@ class Member:
 def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
                   on_checkpoint: Callable[[dict[int, dict]], None] | None = None,
                   on_result: Callable[[int, Result], None] | None = None,
-                  verdicts: Verdicts | None = None) -> list[Result]:
+                  stopper: Stopper = NEVER) -> list[Result]:
     """The one training loop: members of one shape (population.pack_key) step together on a population.Stack, each
     on its own fresh batch; every `eval.every` steps (and after the last) each is measured, and may stop early or
     diverge, alone. Returns one Result per config, each what training it alone would give.
 
-    verdicts (indices: positions in `cfgs`): a member stops as a success once its rule's streak of evaluations
-    passed, and once its group's verdict is decided by the results of the others (here or settled in it before
-    this call) it stops where it is, or is not trained at all (then its result measures nothing: _unmeasured).
+    stopper (indices: positions in `cfgs`; a sweep's verdict rule, trainables/stopper.py): a member stops as a
+    success once it says the member passed, and once it says the member's training is decided by the results of
+    the others (here or settled in it before this call) it stops where it is, or is not trained at all (then its
+    result measures nothing: _unmeasured).
 
     resumes[i]: a checkpoint of member i to continue from (members resumed together are at the same step).
     on_checkpoint receives {index: checkpoint} of the members whose evaluation was finite, after each evaluation once
@@ -299,16 +301,14 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
     members = [_start(i, cfg, logger, resume) for i, (cfg, logger, resume) in enumerate(zip(cfgs, loggers, resumes))]
     results: dict[int, Result] = {}
 
-    verdicts = verdicts or Verdicts({})
-
     def finish(member: Member) -> None:
         results[member.index] = _finish(member)
-        verdicts.settle(member.index, results[member.index].metrics)
+        stopper.settle(member.index, results[member.index].metrics)
         if on_result:
             on_result(member.index, results[member.index])
 
     for member in members:
-        if member.training and (because := verdicts.decided(member.index)):
+        if member.training and (because := stopper.decided(member.index)):
             member.state.stop(VERDICT_KNOWN, because)
         if not member.training:  # resumed after it had stopped, or not needed: nothing is left but its readout
             finish(member)
@@ -316,12 +316,12 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
     if training:
         if len({m.state.step for m in training}) > 1 or len({pack_key(m.cfg) for m in training}) > 1:
             raise ValueError("members trained together need one pack_key and one step")
-        _train_together(training, on_checkpoint, finish, verdicts)
+        _train_together(training, on_checkpoint, finish, stopper)
     return [results[member.index] for member in members]
 
 
 def _train_together(training: list[Member], on_checkpoint, finish: Callable[[Member], None],
-                    verdicts: Verdicts) -> None:
+                    stopper: Stopper) -> None:
     """Step the members as one population until each has stopped. Between evaluations a step is the same host work
     whatever the member count (one batch draw, one Stack.step) and reads nothing back; at an evaluation every member
     still going is measured, and may stop early, succeed, be found diverged, or stop because the others decided
@@ -339,10 +339,10 @@ def _train_together(training: list[Member], on_checkpoint, finish: Callable[[Mem
         step += 1
         bar.update()
         if step % every == 0 or step >= total:
-            _evaluate(stack, active, step, on_checkpoint, verdicts)
+            _evaluate(stack, active, step, on_checkpoint, stopper)
             for decide in (False, True):  # those that ended first: their results may decide the others' verdicts
                 for slot, member in list(active.items()):
-                    if decide and member.training and (because := verdicts.decided(member.index)):
+                    if decide and member.training and (because := stopper.decided(member.index)):
                         member.state.stop(VERDICT_KNOWN, because)  # at this evaluation: its last one is its result
                     if not member.training:
                         stack.stop(slot)
@@ -377,7 +377,7 @@ def _start(index: int, cfg, logger: Logger, resume: dict | None) -> Member:
     return member
 
 
-def _evaluate(stack: Stack, active: dict[int, Member], step: int, on_checkpoint, verdicts: Verdicts) -> None:
+def _evaluate(stack: Stack, active: dict[int, Member], step: int, on_checkpoint, stopper: Stopper) -> None:
     """At an evaluation step: read the stack's sums once; a member whose loss went non-finite since is diverged at
     the step it did; measure every other one, keep its last finite evaluation, decide early stopping, early success
     and divergence, log it, then checkpoint it (with its slice of the optimizers) when finite."""
@@ -399,9 +399,9 @@ def _evaluate(stack: Stack, active: dict[int, Member], step: int, on_checkpoint,
         m.history.append({"step": state.step} | latest[slot])
         if math.isfinite(latest[slot]["id/loss"]):
             m.finite = (copy.deepcopy(state.model.state_dict()), state.step, latest[slot])
-            if state.stopper.should_stop(latest[slot]["id/loss"]):
+            if state.early_stopping.should_stop(latest[slot]["id/loss"]):
                 state.status = "early_stopped"
-            elif (because := verdicts.passed(m.index, m.history)) and m.training:
+            elif (because := stopper.passed(m.index, m.history)) and m.training:
                 state.stop(SUCCEEDED, because)
             states[m.index] = checkpoint(state, latest[slot], time.perf_counter() - m.started, m.history)
             states[m.index]["optimizers"] = stack.optimizer_states(slot)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 from ray import tune
 
@@ -25,33 +26,35 @@ from trainables.io import ERROR_FILE, atomic_write, read_json, read_jsonl
 from trainables.logger import trial_logger
 from trainables.models import MODELS
 from trainables.population import pack_key
+from trainables.stopper import NEVER, Stopper
 from trainables.train import save, train_members
-from trainables.verdicts import Rule, Verdicts
 
 
-def run_trial(params: dict, base: dict, plan: dict[str, list[dict]]) -> None:
+def run_trial(params: dict, base: dict, plan: dict[str, list[dict]],
+              stopper_of: Callable[[list[dict]], Stopper] = lambda members: NEVER) -> None:
     """params = {"trial": id} with plan[id] its members, or {"trial": id, "members": [...]} (a search's trials,
     decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path or s3:// URI, "job_type":
-    verb} and optionally "verdict": a trainables.verdicts.Rule as a dict; base: the config dict every point is applied
-    to."""
+    verb} and whatever else its sweep gives it (the rule of its verdict); base: the config dict every point is
+    applied to; stopper_of: members -> their Stopper (the sweep binds its verdict rule's, sweep/verdicts.py), else
+    they train to their end."""
     files = open_members(params.get("members") or plan[params["trial"]])
     members, failed = files.members, True
     try:
         saved = files.saved()
-        verdicts = Verdicts({i: Rule(**m["verdict"]) for i, m in enumerate(members) if m.get("verdict")})
+        stopper = stopper_of(members)
         cfgs: dict[int, config.Config] = {}
         groups: dict[tuple, list[int]] = {}
         for index, member in enumerate(members):
             finished = read_json(Path(member["dir"]) / "result.json")
             if finished is not None:  # finished in an earlier attempt or run: never trained twice
-                verdicts.settle(index, finished)
+                stopper.settle(index, finished)
                 continue
             cfg = cfgs[index] = config.with_point(base, member["point"])
             step = saved[index]["step"] if index in saved else 0
             alone = None if MODELS[cfg.model.name].vectorize else index  # a model that does not vectorize: one by one
             groups.setdefault((pack_key(cfg), step, alone), []).append(index)
         for indices in groups.values():  # one after another: a group's results may decide a later one's verdicts
-            _train_group(files, {i: cfgs[i] for i in indices}, saved, verdicts)
+            _train_group(files, {i: cfgs[i] for i in indices}, saved, stopper)
         # One result per trial, so that Tune has one (it prints an empty "Last result" line for a trial without any).
         tune.report({"members": len(members), "trained": len(cfgs)})
         failed = False
@@ -75,9 +78,9 @@ def _record_error(members: list[dict], error: Exception) -> None:
                 pass
 
 
-def _train_group(files: InPlace, group: dict[int, config.Config], saved: dict, verdicts: Verdicts) -> None:
+def _train_group(files: InPlace, group: dict[int, config.Config], saved: dict, stopper: Stopper) -> None:
     """Train these members (index -> config; one shape, one step) as one population, each logging to its own
-    directory (files.members); `verdicts` holds the rules and verdicts of all the trial's members (by their index).
+    directory (files.members); `stopper` is that of all the trial's members (by their index).
     Checkpoints go to `files` (Tune's, or each member's state.pt in a bucket), and a finished member's files are
     pushed at once."""
     indices, members = list(group), files.members
@@ -106,7 +109,7 @@ def _train_group(files: InPlace, group: dict[int, config.Config], saved: dict, v
 
         train_members(cfgs, loggers, resumes, on_result=finished,
                       on_checkpoint=lambda states: files.save({indices[k]: s for k, s in states.items()}),
-                      verdicts=verdicts.of(indices))
+                      stopper=stopper.of(indices))
 
 
 def _keep_records_until(path: Path, step: int) -> None:

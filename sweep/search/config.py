@@ -11,12 +11,12 @@ from sweep.search import guide
 from sweep.search.estimate import seeds_to_decide
 from sweep.search.guide import GuideConfig
 from sweep.space import AxisConfig, RunConfig
+from sweep.verdicts import StopConfig
 from trainables import config
 from trainables.models import MODELS
 from trainables.errors import require
-from trainables.tasks import task_of, threshold_problem
+from trainables.tasks import margin, task_of, threshold_problem
 from trainables.train import train
-from trainables.verdicts import StopConfig, margin
 
 SAMPLERS = ("threshold", "bisection", "tpe", "exhaustive")
 RENAMED_SAMPLERS = {"grid": "exhaustive"}  # old name -> new: `grid` is the verb (issue [house] item 4); still read
@@ -106,7 +106,7 @@ class SearchConfig(RunConfig):
     guide: GuideConfig = field(default_factory=GuideConfig)  # threshold, bisection: where to probe first, from other
     # slices' verdicts (sweep/search/guide.py)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
-    # Training stops once a verdict is known (trainables/verdicts.py): a seed after STREAK passing evaluations in a
+    # Training stops once a verdict is known (sweep/verdicts.py): a seed after STREAK passing evaluations in a
     # row, and (bisection, grid, tpe) a candidate's other seeds once its m-of-n verdict is decided: the threshold
     # sampler needs every seed's own verdict. Not part of the experiment (its fingerprint): it changes what training
     # costs, not what is asked.

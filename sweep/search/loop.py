@@ -25,10 +25,10 @@ from sweep.search import bisection, guide, owners
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice, constraint_checks, holds
 from sweep.space import point_id, read_error, read_result
+from sweep.verdicts import rule_per_point
 from trainables import config
 from trainables.errors import ConfigError
-from trainables.io import read_json, write_json
-from trainables.verdicts import VERDICT_KNOWN, Rule
+from trainables.io import VERDICT_KNOWN, read_json, write_json
 
 
 POLL_S = 2.0  # while other drivers train what is left, look at the studies again this often
@@ -75,23 +75,20 @@ def seeds_for(study: optuna.Study, search: SearchConfig, trial: optuna.Trial, fi
 
 
 def verdict_rule(search: SearchConfig, first: int = 0):
-    """point -> the rule its member is judged and stopped by (trainables/verdicts.py, search.stop): the search's
+    """point -> the rule its member is judged and stopped by (sweep/verdicts.py, search.stop): the search's
     success, and with stop.decided (bisection, grid, tpe) its candidate's seeds as one group (the point without its
-    seed, and which block of seeds_for it is: a re-evaluation is a group of its own). None for every point with
-    stopping off."""
+    seed, and which block of seeds_for it is: a re-evaluation is a group of its own). None for every point when
+    nothing could stop (no streak, no group of several seeds)."""
     success, stop = search.success, search.stop
     decided = stop.decided and decides_by_candidate(search)
-    if not stop.streak and not decided:
-        return lambda point: None
     lowest, stride = first + min(success.seeds), max(success.seeds) + 1
-    size = len(success.seeds) if decided else 1
 
-    def rule(point: dict) -> dict:
+    def group(point: dict) -> str:
         candidate = point_id({k: v for k, v in point.items() if k != "seed"})
-        return Rule(success.metric, success.threshold, success.direction == ">=", stop.streak,
-                    group=f"{candidate}@{(point['seed'] - lowest) // stride}",
-                    needed=success.min_seeds if decided else 1, size=size).to_dict()
-    return rule
+        return f"{candidate}@{(point['seed'] - lowest) // stride}"
+    return rule_per_point(success.metric, success.direction == ">=", stop.streak,
+                          threshold=lambda point: success.threshold, group=group,
+                          needed=success.min_seeds if decided else 1, size=len(success.seeds) if decided else 1)
 
 
 def reference_points(all_slices: list[Slice], search: SearchConfig, first: int = 0) -> list[dict]:

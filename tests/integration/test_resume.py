@@ -48,9 +48,9 @@ def test_a_retried_trial_counts_the_verdicts_its_members_left_in_an_earlier_atte
     that result already decided."""
     from ray import tune
 
+    from sweep.verdicts import Rule, stopper_of
     from trainables import trainable
-    from trainables.io import read_json, write_json
-    from trainables.verdicts import VERDICT_KNOWN, Rule
+    from trainables.io import VERDICT_KNOWN, read_json, write_json
 
     monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
     monkeypatch.setattr(tune, "report", lambda *args, **kwargs: None)
@@ -58,7 +58,7 @@ def test_a_retried_trial_counts_the_verdicts_its_members_left_in_an_earlier_atte
     rule = Rule("ood/acc", 0.9, True, 0, group="candidate", needed=2, size=2).to_dict()
     members = [{"point": {"seed": seed}, "dir": str(tmp_path / f"seed={seed}"), "verdict": rule} for seed in (0, 1)]
     write_json(tmp_path / "seed=0" / "result.json", {"status": "completed", "ood/acc": 0.2})
-    trainable.run_trial({"trial": "t", "members": members}, base, {})
+    trainable.run_trial({"trial": "t", "members": members}, base, {}, stopper_of=stopper_of)  # as sweep/tuner.py
     retried = read_json(tmp_path / "seed=1" / "result.json")
     assert retried["status"] == VERDICT_KNOWN and retried["steps"] == 0
     assert retried["stopped_because"] == "its candidate failed: 1 of 2 seeds failed, 2 needed to pass"

@@ -186,14 +186,14 @@ def test_the_gallery_spreads_over_diversity_or_else_over_the_first_axis(tmp_path
 
 def search_of_decided_candidates(out) -> None:
     """A threshold search's output dir as its trials leave it: at each of two widths, seed 0 of the one-step model
-    trains and fails (2 of 2 seeds needed), so seed 1 stops before its first step (trainables/verdicts.py), then
+    trains and fails (2 of 2 seeds needed), so seed 1 stops before its first step (sweep/verdicts.py), then
     trials.csv merges each member's result.json (sweep/search/tables.py::member_rows)."""
+    from sweep.verdicts import Rule, Verdicts
     from tests.conftest import CONFIGS
     from trainables import config
     from trainables.io import read_json
     from trainables.logger import trial_logger
     from trainables.train import save, train_members
-    from trainables.verdicts import Rule, Verdicts
 
     base = config.load(CONFIGS / "debug_search.yaml")
     (out / "trials").mkdir(parents=True)
@@ -208,7 +208,7 @@ def search_of_decided_candidates(out) -> None:
             trial.mkdir()
             (trial / "config.yaml").write_text(config.to_yaml(cfg))
             with trial_logger(cfg, trial) as logger:
-                [result] = train_members([cfg], [logger], [None], verdicts=verdicts.of([seed]))
+                [result] = train_members([cfg], [logger], [None], stopper=verdicts.of([seed]))
             save(result, trial)
             rows.append({"task.lengths.width": width, "seed": seed} | read_json(trial / "result.json"))
     pd.DataFrame(rows).to_csv(out / "trials.csv", index=False)
@@ -242,6 +242,7 @@ def threshold_search_dir(out, answers: dict) -> None:
     success_curve.csv and trials.csv; answers: l_min -> (diversity*, its interval's low, high, finished), NaN for a
     blank (past the widest value)."""
     from sweep.search.config import load_search
+    from sweep.verdicts import Rule, Verdicts
     from tests.conftest import CONFIGS
     from trainables import config
 

@@ -1,17 +1,18 @@
-"""Verdict-aware stopping (trainables/verdicts.py): a member stops once it passed `streak` evaluations in a row, a
-candidate's other seeds once its m-of-n verdict is decided, and what stopped early is what the full run measured at
-that step."""
+"""Verdict-aware stopping (sweep/verdicts.py, training's Stopper): a member stops once it passed `streak` evaluations
+in a row, a candidate's other seeds once its m-of-n verdict is decided, and what stopped early is what the full run
+measured at that step."""
 from pathlib import Path
 
 import pytest
 
+from sweep import space
+from sweep.verdicts import Rule, StopConfig, Verdicts, rule_per_point, stopper_of
 from trainables import config
 from trainables import train as train_module
-from trainables.io import read_json
+from trainables.io import SUCCEEDED, VERDICT_KNOWN, read_json
 from trainables.logger import Logger
 from trainables.population import Stack
 from trainables.train import train, train_members
-from trainables.verdicts import SUCCEEDED, VERDICT_KNOWN, Rule, Verdicts
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -35,6 +36,27 @@ def test_a_streak_counts_evaluations_in_a_row_from_the_latest():
     below = Verdicts({0: Rule("ood/loss", 0.1, False, 1, "a")})
     assert below.passed(0, [{"step": 1, "ood/loss": 0.05}]) and not below.passed(0, [{"step": 1, "ood/loss": 0.2}])
 
+
+
+def test_one_rule_writes_a_grids_and_a_searchs_points():
+    """A grid's rule (sweep/space.py): the task's success metric at the point's eval.threshold, a group per point;
+    with no streak and groups of one seed nothing could stop, so no member carries a rule."""
+    base = debug()
+    grid = space.verdict_rule(base, space.SweepConfig(stop=StopConfig(streak=3)))
+    point = {"eval.threshold": 0.5, "seed": 1}
+    assert grid(point) == {"metric": "ood/acc", "threshold": 0.5, "above": True, "streak": 3,
+                           "group": space.point_id(point), "needed": 1, "size": 1}
+    assert grid({"seed": 0})["threshold"] == base.eval.threshold
+    assert space.verdict_rule(base, space.SweepConfig())({"seed": 0}) is None
+    pair = rule_per_point("ood/acc", True, 0, threshold=lambda p: 0.9, group=lambda p: "g", needed=2, size=2)
+    assert pair({"seed": 0})["size"] == 2  # a group of two decides without a streak
+
+
+def test_a_trials_stopper_holds_the_rules_its_members_carry():
+    members = [{"point": {"seed": 0}, "verdict": rule(group="g").to_dict()}, {"point": {"seed": 1}}]
+    stopper = stopper_of(members)
+    assert stopper.rules == {0: rule(group="g")}
+    assert stopper.passed(1, [{"step": 1, "id/acc": 1.0}] * 3) is None  # a member without a rule never stops
 
 @pytest.mark.parametrize("outcomes, needed, decided", [
     ([True], 2, None), ([True, True], 2, "succeeded"), ([False], 2, None),  # 2 of 3: one failure leaves 2
@@ -62,7 +84,7 @@ def test_a_member_that_passes_stops_where_the_full_run_first_passed_with_the_ful
     passing = [step for step in sorted(saved) if saved[step]["id/acc"] >= 0.9]
     assert passing, "the debug transformer fits its training data within its 300 steps"
     first = next(s for s in passing if s + 50 in passing)  # two evaluations in a row
-    [stopped] = train_members([cfg], [Logger()], [None], verdicts=Verdicts({0: rule(streak=2)}))
+    [stopped] = train_members([cfg], [Logger()], [None], stopper=Verdicts({0: rule(streak=2)}))
     assert stopped.metrics["status"] == SUCCEEDED and stopped.metrics["steps"] == first + 50 < 300
     assert stopped.metrics["stopped_because"].startswith("id/acc >= 0.9 at 2 evaluations in a row")
     assert stopped.metrics["id/acc"] == saved[first + 50]["id/acc"]  # the full run's evaluation at that step
@@ -76,7 +98,7 @@ def test_packed_seeds_stop_together_once_their_candidate_is_decided():
     cfgs = [debug("seed=0"), debug("seed=1")]
     verdicts = Verdicts({0: rule(threshold=0.0, streak=1, group="g", size=2),
                          1: rule(threshold=2.0, streak=1, group="g", size=2)})
-    first, second = train_members(cfgs, [Logger(), Logger()], [None, None], verdicts=verdicts)
+    first, second = train_members(cfgs, [Logger(), Logger()], [None, None], stopper=verdicts)
     assert first.metrics["status"] == SUCCEEDED and first.metrics["steps"] == 50
     assert second.metrics["status"] == VERDICT_KNOWN and second.metrics["steps"] == 50
     assert second.metrics["stopped_because"] == "its candidate succeeded: 1 of 2 seeds passed, 1 needed"
@@ -91,8 +113,8 @@ def test_a_seed_whose_candidate_already_failed_is_not_trained_and_measures_nothi
     verdicts = Verdicts({0: rule(threshold=2.0, streak=1, group="g", needed=2, size=2),
                          1: rule(threshold=2.0, streak=1, group="g", needed=2, size=2)})
     cfg = debug("optim.max_steps=50")
-    [failed] = train_members([cfg], [Logger()], [None], verdicts=verdicts.of([0]))
-    [skipped] = train_members([debug("seed=1", "optim.max_steps=50")], [Logger()], [None], verdicts=verdicts.of([1]))
+    [failed] = train_members([cfg], [Logger()], [None], stopper=verdicts.of([0]))
+    [skipped] = train_members([debug("seed=1", "optim.max_steps=50")], [Logger()], [None], stopper=verdicts.of([1]))
     assert failed.metrics["status"] == "completed" and failed.metrics["steps"] == 50
     assert skipped.metrics["status"] == VERDICT_KNOWN and skipped.metrics["steps"] == 0
     assert skipped.metrics["stopped_because"] == "its candidate failed: 1 of 2 seeds failed, 2 needed to pass"
@@ -114,7 +136,7 @@ def test_a_member_left_alone_when_its_pack_stopped_trains_as_it_would_alone(monk
     sizes = []
     monkeypatch.setattr(train_module, "Stack", lambda states, compiled=None: sizes.append(len(states))
                         or Stack(states, compiled))
-    stopped, went_on = train_members(cfgs, [Logger(), Logger()], [None, None], verdicts=verdicts)
+    stopped, went_on = train_members(cfgs, [Logger(), Logger()], [None, None], stopper=verdicts)
     assert sizes == [2, 1]
     alone = train(cfgs[1])
     assert stopped.metrics["steps"] == 50 and went_on.metrics["steps"] == 300

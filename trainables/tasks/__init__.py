@@ -52,6 +52,13 @@ def threshold_problem(metric: str, threshold: float, above: bool) -> str | None:
     return None
 
 
+def margin(value, threshold: float, above: bool) -> float:
+    """How far a value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing or NaN)."""
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return -math.inf
+    return value - threshold if above else threshold - value
+
+
 @dataclass
 class Batch:
     """Sequences of one task, right-padded to one width; the loss and accuracy read `targets` where `loss_mask`."""

@@ -1,4 +1,4 @@
-"""Training that stops once its verdict is known (`search.stop`, `sweep.stop`).
+"""The sweep's verdict rule: training stops once its verdict is known (`search.stop`, `sweep.stop`).
 
 A threshold search needs each candidate's verdict, not its full training curve. Two things settle it early:
 - a member whose success metric has passed the threshold at `streak` evaluations in a row stops as a success
@@ -9,28 +9,20 @@ A threshold search needs each candidate's verdict, not its full training curve. 
 A seed stopped because its group was decided has no verdict of its own: the search counts it as not passing
 (sweep/search/loop.py tell()), so each evaluation's verdict is the one its seeds decided.
 
-The driver writes each member's Rule into its trial's plan (a member dict's "verdict"); a trial builds one Verdicts
-from its members' rules and from the results its members left in earlier attempts, so a retried trial decides as an
-uninterrupted one would.
+The driver writes each member's Rule into its trial's plan (a member dict's "verdict", from rule_per_point); the
+trial gets `stopper_of` (sweep/tuner.py binds it to trainables.trainable.run_trial) and builds one Verdicts from its
+members' rules and from the results its members left in earlier attempts, so a retried trial decides as an
+uninterrupted one would. Training knows a Verdicts only as its Stopper (trainables/stopper.py); the statuses it
+leads to are trainables.io's, which the dashboards read without importing the sweep.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 from trainables.errors import require
-from trainables.io import FINISHED
-
-SUCCEEDED = "succeeded"  # passed the threshold at `streak` evaluations in a row, stopped there
-VERDICT_KNOWN = "verdict_known"  # stopped (or never started) because its candidate's verdict was decided
-OWN_VERDICT = tuple(s for s in FINISHED if s != VERDICT_KNOWN)  # a finished member whose metrics are its own verdict
-
-
-def margin(value, threshold: float, above: bool) -> float:
-    """How far a value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing or NaN)."""
-    if not isinstance(value, (int, float)) or math.isnan(value):
-        return -math.inf
-    return value - threshold if above else threshold - value
+from trainables.io import VERDICT_KNOWN
+from trainables.tasks import margin
 
 
 @dataclass
@@ -64,8 +56,25 @@ class Rule:
         return asdict(self)
 
 
+def rule_per_point(metric: str, above: bool, streak: int, threshold: Callable[[dict], float],
+                   group: Callable[[dict], str], needed: int = 1, size: int = 1) -> Callable[[dict], dict | None]:
+    """point -> the rule its member is judged and stopped by, as the dict its member carries: `metric` past
+    `threshold(point)` at `streak` evaluations in a row, in the group `group(point)` whose verdict needs `needed` of
+    its `size` seeds. None for every point when no rule could stop anything (streak 0, groups of one seed).
+    A grid's (sweep/space.py) and a search's (sweep/search/loop.py) are this with their own parameters."""
+    if not streak and size < 2:
+        return lambda point: None
+    return lambda point: Rule(metric, threshold(point), above, streak, group(point), needed, size).to_dict()
+
+
+def stopper_of(members: list[dict]) -> Verdicts:
+    """The Stopper of one trial's members (trainables/stopper.py): their rules, where they carry one."""
+    return Verdicts({i: Rule(**m["verdict"]) for i, m in enumerate(members) if m.get("verdict")})
+
+
 class Verdicts:
-    """The members' success streaks and their groups' m-of-n verdicts, for the members of one trial (by index)."""
+    """The members' success streaks and their groups' m-of-n verdicts, for the members of one trial (by index): the
+    sweep's Stopper."""
 
     def __init__(self, rules: dict[int, Rule]):
         self.rules = rules

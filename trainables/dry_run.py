@@ -2,29 +2,49 @@
 against the contracts the rest of headsweep relies on. A plugin that breaks one is one line of bad input naming
 `task.name` or `model.name` and what is wrong, before an output directory exists, instead of every trial failing.
 
-Checked once per (task, model) pair in a process: `sample()` of every split returns a Batch of the right shapes,
-dtypes and ranges, and so does the batch_sampler of a task that has one; the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right
-shape; an evaluation reports the task's
-success metric and only numbers.
+Checked once per (task, model) pair in a process (`check`, from config validation): `sample()` of every split
+returns a Batch of the right shapes, dtypes and ranges, and so does the batch_sampler of a task that has one; the
+model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right shape; an evaluation reports
+the task's success metric and only numbers, and so does the task's summary of a run.
+
+The same run, with the final readout, names the final metrics a trial of the config reports (`reported_metrics`:
+what train() returns, held equal to it by tests/unit/test_dry_run.py), so that a search refuses a misspelt success
+metric before it starts.
 """
 from __future__ import annotations
 
 import torch
 
+from trainables import readouts
 from trainables.errors import ConfigError, require
 from trainables.models import MODELS
 from trainables.streams import Streams
 from trainables.tasks import Batch, task_of
-from trainables.train import evaluate
+from trainables.train import evaluate, loss_and_accuracy, scored
 
 N_SEQUENCES = 3
+RUN_FACTS = {"status", "steps", "seconds"}  # what train() adds to the metrics about the run itself (train._finish)
 _passed: set[tuple[str, str]] = set()
 
 
 def check(cfg) -> None:
     """Raise ConfigError (task.name or model.name) for a task or model that breaks its contract on this config."""
-    if (cfg.task.name, cfg.model.name) in _passed:
-        return
+    if (cfg.task.name, cfg.model.name) not in _passed:
+        _dry_run(cfg, readout=False)
+        _passed.add((cfg.task.name, cfg.model.name))
+
+
+def reported_metrics(cfg) -> set[str]:
+    """The names of the final metrics a trial of this config reports (its result.json's, as train() returns them),
+    from its dry run with the final readout. Not cached per pair like `check`: the names may depend on the config
+    (markov_ngram's order)."""
+    return _dry_run(cfg, readout=True)
+
+
+def _dry_run(cfg, readout: bool) -> set[str]:
+    """Check the contracts on this config (ConfigError naming task.name or model.name) and return the names of the
+    final metrics its trials report; those of the final readout only with `readout`: it may take seconds (trigger
+    copy's reads every pair of lengths), too long for every validation of a large config."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
     splits = _call("task.name", f"{task.name}: eval_splits()", task.eval_splits, cfg.task)
     require(("task.name", isinstance(splits, dict) and {"id", "ood"} <= set(splits),
@@ -56,17 +76,24 @@ def check(cfg) -> None:
                  f"({'(B, d_vocab) at the query' if batch.query is not None else '(B, T, d_vocab)'}), got "
                  f"{_describe(logits)}"))
 
-    metrics = _call("task.name", f"{task.name}: an evaluation", evaluate, model,
-                    {prefix: batches[split] for prefix, split in splits.items()}, cfg)
+    train_metrics = loss_and_accuracy(*scored(trained.detach(), batch), "train")  # what a step reports
+    eval_sets = {prefix: batches[split] for prefix, split in splits.items()}
+    metrics = _call("task.name", f"{task.name}: an evaluation", evaluate, model, eval_sets, cfg)
     require(("task.name", task.success_metric in metrics,
              f"{task.name}: its success metric {task.success_metric} is not among the metrics an evaluation reports "
              f"({', '.join(sorted(metrics))})"))
-    odd = [k for k, v in metrics.items() if not isinstance(v, (int, float)) or isinstance(v, bool)]
-    require(("task.name", not odd, f"{task.name}: metrics must be numbers; {', '.join(odd)} are not"))
     diversity = _call("task.name", f"{task.name}: diversity()", task.diversity, cfg.task)
     require(("task.name", all(k.startswith("data/") and isinstance(v, (int, float)) for k, v in diversity.items()),
              f"{task.name}: diversity() must map data/* names to numbers, got {diversity!r}"))
-    _passed.add((cfg.task.name, cfg.model.name))
+    # The end of a run (train._finish): the task's summary of its evaluations, then the final readout.
+    history = [{"step": 1} | train_metrics | metrics | diversity]
+    final = metrics | _call("task.name", f"{task.name}: summary()", task.summary, cfg.task, history)
+    if readout:
+        final |= _call("task.name", f"{task.name}: readouts()", readouts.final, cfg, model, eval_sets["ood"],
+                       generator)[1]
+    odd = [k for k, v in final.items() if not isinstance(v, (int, float)) or isinstance(v, bool)]
+    require(("task.name", not odd, f"{task.name}: metrics must be numbers; {', '.join(odd)} are not"))
+    return set(train_metrics) | set(final) | set(diversity) | RUN_FACTS
 
 
 def check_batch_sampler(task, cfg, d_vocab: int, n_ctx: int) -> None:

@@ -12,11 +12,9 @@ from sweep.search.estimate import seeds_to_decide
 from sweep.search.guide import GuideConfig
 from sweep.space import AxisConfig, RunConfig
 from sweep.verdicts import StopConfig
-from trainables import config
-from trainables.models import MODELS
+from trainables import config, dry_run
 from trainables.errors import require
 from trainables.tasks import margin, task_of, threshold_problem
-from trainables.train import train
 
 SAMPLERS = ("threshold", "bisection", "tpe", "exhaustive")
 RENAMED_SAMPLERS = {"grid": "exhaustive"}  # old name -> new: `grid` is the verb (issue [house] item 4); still read
@@ -199,20 +197,9 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
                  f"{success.confidence:g}: one value needs {needed} seeds, all passing or all failing, to be ruled "
                  f"in or out"))
     search.validate_run("search")
-    reported = reported_metrics(base)
+    reported = dry_run.reported_metrics(base)  # else a misspelt metric would fail every candidate, silently
     require(*((f"search.{key}", not name or name in reported, f"{name} is not a metric of this task's trials (they "
                f"report {', '.join(sorted(m for m in reported if '/' in m))})")
               for key, name in (("success.metric", success.metric), ("minimize", search.minimize))))
     guide.check(search.guide, slice_keys, base)
 
-
-def reported_metrics(base: config.Config) -> set[str]:
-    """The names of the final metrics a trial of this config reports, from a dry run on a few sequences (well under
-    a second): a misspelt success metric would otherwise make every candidate fail, silently."""
-    spec = MODELS[base.model.name]
-    tiny = {key: 4 for key in spec.batch_sizes(base.model, base.optim)} | {
-        "eval.n_id": 4, "eval.n_ood": 4, "eval.n_examples": 1, "eval.every": 1, "logging.wandb": False,
-        "device": "cpu"}  # the driver may have no GPU
-    if spec.uses_optim:
-        tiny["optim.max_steps"] = 1
-    return set(train(config.with_point(config.to_dict(base), tiny, check_device=False)).metrics)

@@ -1,0 +1,46 @@
+"""The dry run names the final metrics a trial reports (trainables/dry_run.py::reported_metrics), which a search's
+validation holds its success metric and its minimised metric to: they must be what train() really returns."""
+import itertools
+from pathlib import Path
+
+import pytest
+
+from trainables import config, dry_run
+from trainables.errors import ConfigError
+from trainables.models import MODELS
+from trainables.tasks import TASKS
+from trainables.train import train
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+DEBUG = {"trigger_copy": "debug.yaml", "bigram_trigger": "debug_bigram_trigger.yaml",
+         "markov_ngram": "debug_markov_ngram.yaml", "mixed_ngram": "debug_mixed_ngram.yaml"}
+
+
+def tiny(cfg: config.Config) -> config.Config:
+    """The config trained for one step on 4 sequences, measured at that step."""
+    spec = MODELS[cfg.model.name]
+    point = {key: 4 for key in spec.batch_sizes(cfg.model, cfg.optim)} | {
+        "eval.n_id": 4, "eval.n_ood": 4, "eval.n_examples": 1, "eval.every": 1}
+    if spec.uses_optim:
+        point["optim.max_steps"] = 1
+    return config.with_point(config.to_dict(cfg), point)
+
+
+def test_every_built_in_task_has_a_debug_config():
+    assert set(DEBUG) == set(TASKS.builtins)
+
+
+@pytest.mark.parametrize("task, model", itertools.product(TASKS.builtins, MODELS.builtins))
+def test_the_dry_run_names_the_final_metrics_train_reports(task, model):
+    try:
+        cfg = config.load(CONFIGS / DEBUG[task], [f"model.name={model}"])
+    except ConfigError as e:  # a model that reads one query position, with a task that scores several
+        assert e.key == "model.name" and "query" in e.reason
+        return
+    assert dry_run.reported_metrics(cfg) == set(train(tiny(cfg)).metrics)
+
+
+def test_the_names_follow_the_config_not_only_its_task_and_model():
+    """markov_ngram's summary names a step per strategy up to its order: a pair's names are not cached."""
+    low, high = (config.load(CONFIGS / DEBUG["markov_ngram"], [f"task.order={order}"]) for order in (2, 3))
+    assert "ood/first_step_at_bigram" in dry_run.reported_metrics(high) - dry_run.reported_metrics(low)

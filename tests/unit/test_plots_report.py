@@ -242,7 +242,6 @@ def threshold_search_dir(out, answers: dict) -> None:
     success_curve.csv and trials.csv; answers: l_min -> (diversity*, its interval's low, high, finished), NaN for a
     blank (past the widest value)."""
     from sweep.search.config import load_search
-    from sweep.verdicts import Rule, Verdicts
     from tests.conftest import CONFIGS
     from trainables import config
 

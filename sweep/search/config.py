@@ -37,9 +37,9 @@ class KnobConfig:
 
 @dataclass
 class ParamConfig:
-    """A further dimension of a tpe search (e.g. a distribution's shape): a number, or a list of `size` numbers."""
+    """A further dimension of a tpe search (e.g. a parameter of the training distribution): a number, or a list of `size` numbers."""
 
-    key: str = "???"  # dotted config key, e.g. a parameter of the distribution's shape
+    key: str = "???"  # dotted config key, e.g. a parameter of the training distribution
     type: str = "float"  # float | int
     low: float = 0.0
     high: float = 1.0
@@ -62,16 +62,16 @@ class ParamConfig:
 class SuccessConfig:
     """What the search answers. A seed passes when its metric >= threshold (or <=); p(K) is the probability that a
     seed trained at knob value K passes, and the answer is K*_q = the smallest K with p(K) >= rate, with an interval
-    at `confidence` (sweep/search/estimate.py). The bisection, grid and tpe samplers judge each candidate by a fixed
-    seed list instead: it succeeds when at least min_seeds of `seeds` pass (min_seeds = len(seeds): all-pass)."""
+    at `confidence` (sweep/search/estimate.py). The bisection, exhaustive and tpe samplers judge each candidate by a
+    fixed seed list instead: it succeeds when at least min_seeds of `seeds` pass (min_seeds = len(seeds): all-pass)."""
 
     metric: str = ""  # "" = the task's success metric
     direction: str = ""  # >= | <= ; "" = the task's direction for its success metric, else >=
     threshold: float = 0.99
     rate: float = 0.5  # q: the answer is the smallest knob value whose seeds pass with probability >= q
     confidence: float = 0.95  # of the interval [low, high] around K*_q
-    seeds: list[int] = field(default_factory=lambda: [0])  # bisection, grid, tpe: the seeds of each evaluation
-    min_seeds: int = 1  # bisection, grid, tpe: m of n = len(seeds); re-checks pool their seeds and need the same rate
+    seeds: list[int] = field(default_factory=lambda: [0])  # bisection, exhaustive, tpe: the seeds of each evaluation
+    min_seeds: int = 1  # bisection, exhaustive, tpe: m of n = len(seeds); re-checks pool their seeds and need the same rate
 
     def margin(self, value) -> float:
         """How far a seed's value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing)."""
@@ -81,7 +81,7 @@ class SuccessConfig:
 @dataclass
 class BudgetConfig:
     trainings: int = 40  # threshold sampler: seed trainings per slice
-    per_slice: int = 20  # bisection, grid, tpe: completed Optuna trials (candidate evaluations) per slice
+    per_slice: int = 20  # bisection, exhaustive, tpe: completed Optuna trials (candidate evaluations) per slice
     total: int = 0  # completed Optuna trials over all slices; 0 = no limit beyond the per-slice budget
 
 
@@ -100,12 +100,12 @@ class SearchConfig(RunConfig):
     minimize: str = ""  # tpe only: the metric minimised over candidates that succeed (e.g. data/cost); "" = the knob
     reference: dict[str, Any] = field(default_factory=dict)  # config keys evaluated once per slice beside the search,
     # e.g. the theory's optimal distribution, with the success seeds; reported next to the best found
-    per_round: int = 1  # candidates a study asks per round (tpe and grid; threshold and bisection ask one at a time)
+    per_round: int = 1  # candidates a study asks per round (tpe and exhaustive; threshold and bisection ask one at a time)
     guide: GuideConfig = field(default_factory=GuideConfig)  # threshold, bisection: where to probe first, from other
     # slices' verdicts (sweep/search/guide.py)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     # Training stops once a verdict is known (sweep/verdicts.py): a seed after STREAK passing evaluations in a
-    # row, and (bisection, grid, tpe) a candidate's other seeds once its m-of-n verdict is decided: the threshold
+    # row, and (bisection, exhaustive, tpe) a candidate's other seeds once its m-of-n verdict is decided: the threshold
     # sampler needs every seed's own verdict. Not part of the experiment (its fingerprint): it changes what training
     # costs, not what is asked.
     stop: StopConfig = field(default_factory=lambda: StopConfig(streak=STREAK, decided=True))
@@ -113,7 +113,7 @@ class SearchConfig(RunConfig):
 
 
 def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
-    """The base trial config and the validated search section (`search.*` overrides go to it)."""
+    """The base training config and the validated search section (`search.*` overrides go to it)."""
     base, search = config.load_section(path, overrides, "search", SearchConfig)
     search.sampler = config.renamed_value("search.sampler", search.sampler, RENAMED_SAMPLERS)
     config.refuse_overrides_of(overrides, searched_keys(search))
@@ -150,7 +150,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("search.sampler", search.sampler in SAMPLERS, f"must be one of {', '.join(SAMPLERS)}"),
         ("search.knob.key", bool(knob.key) or (tpe and bool(search.params)),
          "is required (only a tpe search with params can do without a knob)"),
-        ("search.knob.key", not knob.key or is_key(knob.key), "is not a key of the trial config"),
+        ("search.knob.key", not knob.key or is_key(knob.key), "is not a key of the training config"),
         ("search.knob.high", bool(knob.values) or knob.high >= knob.low, "must be >= search.knob.low"),
         ("search.knob.values", all(isinstance(v, (int, float)) for v in knob.values)
          and len(set(knob.values)) == len(knob.values), "must be numbers, each once"),
@@ -181,14 +181,14 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
     for i, param in enumerate(search.params):
         where = f"search.params[{i}]"
         checks += [
-            (f"{where}.key", is_key(param.key), f"{param.key} is not a key of the trial config"),
+            (f"{where}.key", is_key(param.key), f"{param.key} is not a key of the training config"),
             (f"{where}.type", param.type in ("int", "float"), "must be int or float"),
             (f"{where}.high", param.high > param.low, "must be > low"),
             (f"{where}.low", not param.log or param.low > 0, "must be > 0 on a log scale"),
             (f"{where}.size", param.size >= 0, "must be >= 0"),
             (f"{where}.when", set(param.when) <= set(slice_keys), f"may only name slice keys ({', '.join(slice_keys)})"),
         ]
-    checks += [(f"search.reference.{key}", is_key(key), "is not a key of the trial config") for key in search.reference]
+    checks += [(f"search.reference.{key}", is_key(key), "is not a key of the training config") for key in search.reference]
     require(*checks)
     if threshold:  # rate and confidence are valid here
         needed = seeds_to_decide(success.rate, success.confidence)

@@ -50,7 +50,7 @@ def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
 
 
 def decides_by_candidate(search: SearchConfig) -> bool:
-    """Whether a candidate's seeds are one m-of-n verdict (bisection, grid, tpe) rather than each a seed of the
+    """Whether a candidate's seeds are one m-of-n verdict (bisection, exhaustive, tpe) rather than each a seed of the
     success curve (threshold)."""
     return search.sampler != "threshold"
 
@@ -76,7 +76,7 @@ def seeds_for(study: optuna.Study, search: SearchConfig, trial: optuna.Trial, fi
 
 def verdict_rule(search: SearchConfig, first: int = 0):
     """point -> the rule its member is judged and stopped by (sweep/verdicts.py, search.stop): the search's
-    success, and with stop.decided (bisection, grid, tpe) its candidate's seeds as one group (the point without its
+    success, and with stop.decided (bisection, exhaustive, tpe) its candidate's seeds as one group (the point without its
     seed, and which block of seeds_for it is: a re-evaluation is a group of its own). None for every point when
     nothing could stop (no streak, no group of several seeds)."""
     success, stop = search.success, search.stop
@@ -129,7 +129,7 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
     other drivers train the rest yields [] (look again later).
 
     extend adds that many completed trials to each slice's budget (seed trainings for the threshold sampler) and to
-    the total, beyond what is done already; a converged bisection or grid study has nothing left to ask, so extending
+    the total, beyond what is done already; a converged bisection or exhaustive study has nothing left to ask, so extending
     it changes nothing, and neither does extending a threshold study whose interval is already narrow enough (a
     smaller search.resolution asks for more). The reference points (if any) train in the first round. With a guide,
     verdicts flow between studies round by round, so a driver killed mid-round must not let a resumed search mix

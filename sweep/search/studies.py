@@ -67,7 +67,7 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
     keys = [axis.key for axis in search.slices]
     for i, axis in enumerate(search.slices):
         if config.select(base, axis.key) is config.MISSING:
-            raise ConfigError(f"search.slices[{i}].key", f"{axis.key} is not a key of the trial config")
+            raise ConfigError(f"search.slices[{i}].key", f"{axis.key} is not a key of the training config")
     value_lists = [axis_values(axis, f"search.slices[{i}]") for i, axis in enumerate(search.slices)]
     knob = search.knob.key
     checks = constraint_checks(search)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+from matplotlib.figure import Figure
 
 from dashboards import figures
 from dashboards.html import Section, gallery, render_table, write_report
@@ -40,7 +41,7 @@ def build(out: str | Path) -> Path:
     task = task_of(cfg) if cfg else TASKS[DEFAULT]
     view = view_of(task)  # how the task is shown: headline and table columns, labels, figures
     members = [out] if kind == "train" else member_dirs(out)
-    frame = _results(out, kind, members)
+    frame = results(out, kind, members)
     finished = frame[frame["status"].isin(FINISHED)] if "status" in frame else frame
 
     sections = [Section("Summary", html=_summary_html(kind, frame, view))]
@@ -89,7 +90,7 @@ def read_config(path: Path) -> dict | None:
     return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
-def _results(out: Path, kind: str, members: list[Path]) -> pd.DataFrame:
+def results(out: Path, kind: str, members: list[Path]) -> pd.DataFrame:
     """One row per member: results.csv / trials.csv when there, else each member's result.json. Its id is in column
     `member`; a results.csv written before that column had only `trial`, which then stands in for it."""
     for table in ("results.csv", "trials.csv"):
@@ -120,27 +121,40 @@ def _summary_html(kind: str, frame: pd.DataFrame, view: TaskView) -> str:
 def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, view: TaskView) -> list[Section]:
     """The sweep's phase diagram, drawn from the results and written to phase_diagram.png beside them; the saved
     picture when the results cannot be drawn (a grid from another version, a column missing)."""
-    task, sweep = view.task, (cfg or {}).get("sweep") or {}
-    keys = [axis["key"] for axis in sweep.get("axes", [])]
-    diagram = sweep.get("phase_diagram", {})
-    x = diagram.get("x") or (keys[0] if keys else None)
-    y = diagram.get("y") or (keys[1] if len(keys) > 1 else None)
-    metric, level = diagram.get("metric") or task.success_metric, diagram.get("ratio_level") or None
-    if x in keys and y in keys and len(finished):
-        try:
-            figure = figures.phase_diagram(finished, x, y, metric, ratio_level=level, ratio_metric=task.diversity_axis,
-                                           ratio_label=view.short_names.get(task.diversity_axis, ""),
-                                           panels=[k for k in keys if k not in (x, y)])
-        except ValueError:
-            figure = None
-        if figure is not None:
-            png = figures.png_bytes(figure)  # drawn once: a large diagram takes a good part of a second
-            atomic_write(out / "phase_diagram.png", png)
-            return [Section(f"Phase diagram: mean {metric} over seeds", image_png=png,
-                            alt=f"phase diagram of {metric} over {x} and {y}")]
+    figure, metric = draw_phase_diagram(finished, cfg, view)
+    if figure is not None:
+        png = figures.png_bytes(figure)  # drawn once: a large diagram takes a good part of a second
+        atomic_write(out / "phase_diagram.png", png)
+        x, y = _diagram_axes(cfg)
+        return [Section(f"Phase diagram: mean {metric} over seeds", image_png=png,
+                        alt=f"phase diagram of {metric} over {x} and {y}")]
     if (out / "phase_diagram.png").exists():
         return [Section("Phase diagram", image_png=(out / "phase_diagram.png").read_bytes(), alt="phase diagram")]
     return []
+
+
+def draw_phase_diagram(finished: pd.DataFrame, cfg: dict | None, view: TaskView) -> tuple[Figure | None, str]:
+    """A grid's phase diagram (the sweep section's x, y, metric and ratio level) from its finished members, and the
+    metric it shows; no figure where the results cannot be drawn."""
+    task, sweep, (x, y) = view.task, (cfg or {}).get("sweep") or {}, _diagram_axes(cfg)
+    keys = [axis["key"] for axis in sweep.get("axes", [])]
+    diagram = sweep.get("phase_diagram", {})
+    metric, level = diagram.get("metric") or task.success_metric, diagram.get("ratio_level") or None
+    if not (x in keys and y in keys and len(finished)):
+        return None, metric
+    try:
+        return figures.phase_diagram(finished, x, y, metric, ratio_level=level, ratio_metric=task.diversity_axis,
+                                     ratio_label=view.short_names.get(task.diversity_axis, ""),
+                                     panels=[k for k in keys if k not in (x, y)]), metric
+    except ValueError:
+        return None, metric
+
+
+def _diagram_axes(cfg: dict | None) -> tuple[str | None, str | None]:
+    sweep = (cfg or {}).get("sweep") or {}
+    keys = [axis["key"] for axis in sweep.get("axes", [])]
+    diagram = sweep.get("phase_diagram", {})
+    return diagram.get("x") or (keys[0] if keys else None), diagram.get("y") or (keys[1] if len(keys) > 1 else None)
 
 
 def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) -> list[Section]:
@@ -160,7 +174,7 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
     if knob and curve is not None and not curve.empty:
         try:
             q = float(success.get("rate", 0.5))
-            figure = figures.success_curves(curve, minimal, slice_keys, knob, q, success.get("confidence"))
+            figure = draw_success_curves(curve, minimal, cfg)
             sections.append(Section(f"Success curves: p(K) per slice, K*_q shaded with its interval (q = {q:g})",
                                     image_png=figures.png_bytes(figure), alt="success curves"))
         except (KeyError, ValueError) as e:
@@ -189,6 +203,15 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
         sections.append(Section("Success curves (success_curve.csv): seeds trained and passed at each knob value, "
                                 "p with its interval", table=curve))
     return sections
+
+
+def draw_success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, cfg: dict) -> Figure:
+    """A threshold search's success curves (success_curve.csv) with its answers (min_diversity.csv), one panel per
+    slice. KeyError or ValueError where the tables cannot be drawn."""
+    search = cfg.get("search") or {}
+    success = search.get("success") or {}
+    return figures.success_curves(curve, minimal, [axis["key"] for axis in search.get("slices", [])],
+                                  search["knob"]["key"], float(success.get("rate", 0.5)), success.get("confidence"))
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:

@@ -16,14 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
-from sweep import stopping
+from sweep import stopping  # first: its settings of Ray's signal handlers must come before Ray is imported
 from trainables.errors import ConfigError
-
-# Stopping (Ctrl-C, SIGTERM) is one line of ours (main), not Ray's: its C++ handler prints a stack dump for SIGTERM, as
-# for a crash, and Tune's own SIGINT handler prints a Tuner.restore() recipe headsweep users do not need. Set before
-# Ray is imported; an environment that sets them keeps its own.
-os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
-os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
 
 EXIT_BAD_INPUT = 2
 # What a shell reports for a command whose reader went away (`headsweep list | head`): killed by SIGPIPE.
@@ -155,45 +149,33 @@ def _stdout_reader_gone() -> bool:
 
 
 def _train(args) -> int:
+    from sweep import single
     from trainables import config
-    from trainables.io import claim_out, create_out, read_json
-    from trainables.logger import trial_logger
     from trainables.tasks import task_of, view_of
-    from trainables.train import save, train
 
-    if str(args.out).startswith("s3:/"):  # Path("s3://b/p") reads s3:/b/p
-        raise ConfigError("--out", "train writes a local directory; an s3:// place is for grid and search")
     cfg = config.load(args.config, args.overrides)
-    resolved = config.to_yaml(cfg)
-    out, headline = args.out, view_of(task_of(cfg)).headline
-    claim_out(out, resolved)
-    if (out / "result.json").exists():
-        print(f"already finished: {_summary(read_json(out / 'result.json'), headline)}  [{out}]")
-        return 0
-
-    create_out(out, resolved)
-    (out / "metrics.jsonl").unlink(missing_ok=True)  # an unfinished earlier attempt restarts from step 0
-    with trial_logger(cfg, out) as logger:
-        result = train(cfg, logger)
-        logger.summary(result.metrics)
-    save(result, out)
-    from dashboards import report  # pandas and matplotlib: only once there is something to report
-
-    report.build(out)
-    print(f"{_summary(result.metrics, headline)}  [{out}]")
+    metrics, before = single.run(cfg, args.out)
+    print(f"{'already finished: ' if before else ''}{_summary(metrics, view_of(task_of(cfg)).headline)}  [{args.out}]")
     return 0
 
 
 def _grid(args) -> int:
-    from sweep import grid
+    from sweep import grid, space
 
-    return grid.run(args.config, args.overrides, args.out, args.address)
+    base, sweep, points = space.load_sweep(args.config, args.overrides)
+    out, frame = grid.run(base, sweep, points, args.out, args.address)
+    print(grid.summary(base, sweep, frame, out))
+    return 1 if len(grid.failed(frame)) else 0
 
 
 def _search(args) -> int:
     from sweep import search
+    from sweep.search.config import load_search
 
-    return search.run(args.config, args.overrides, args.out, args.study, args.storage, args.extend, args.address)
+    base, section = load_search(args.config, args.overrides)
+    out, table = search.run(base, section, args.out, args.study, args.storage, args.extend, args.address)
+    print(search.summary(base, section, table, out))
+    return 0
 
 
 def _report(args) -> int:

@@ -22,10 +22,12 @@ from trainables.tasks import task_of, view_of
 FIRST_COLUMNS = ["member", "trial", "status", "error", "seconds"]
 
 
-def run(config_path: str, overrides: list[str], out_arg: str, address: str | None) -> int:
-    """Run (or resume) the grid into `out_arg` (a directory or an s3:// place: out_dir.py); exit status 1 if some
-    member failed for good."""
-    base, sweep, points = space.load_sweep(config_path, overrides)
+def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_arg: str,
+        address: str | None) -> tuple[OutDir, pd.DataFrame]:
+    """Run (or resume) the grid of a loaded config (space.load_sweep) into `out_arg` (a directory or an s3:// place:
+    out_dir.py); the output place and the results (results.csv's frame). What the CLI and headsweep.grid both call.
+    Bad input raises ConfigError before anything is written; an interrupt (KeyboardInterrupt) propagates once what
+    finished is written (results.csv, the report), and running again on the same place resumes."""
     resolved = config.to_yaml(base, sweep=sweep)
     out = OutDir.open(out_arg)
     claim_out(out.local, resolved)
@@ -40,13 +42,26 @@ def run(config_path: str, overrides: list[str], out_arg: str, address: str | Non
         errors = tuner.run(base, sweep, packs, out, summary=lambda: _generalized(out.local))
     finally:  # even when interrupted: what finished is in results.csv and the report
         frame = cluster.disconnect_while(lambda: write_results(out, points, errors))
+    return out, frame
+
+
+def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, out: OutDir) -> str:
+    """What `headsweep grid` prints at the end: the members' table (swept keys, the task's headline, status) and their
+    count by status, with where the files are."""
     keys = [axis.key for axis in sweep.axes] + ["seed"]
     shown = keys + [c for c in (*view_of(task_of(base)).headline, "status") if c in frame.columns]
-    print(frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False))
+    table = frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False)
     counts = frame["status"].value_counts().to_dict()
-    print(f"{len(frame)} members: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-          + f"  [{out}/results.csv, {out}/report.html]" + (f" (local copy: {out.local})" if out.mirror else ""))
-    return 1 if set(counts) & {"error", "unfinished"} else 0
+    return (table + "\n" + f"{len(frame)} members: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+            + f"  [{out}/results.csv, {out}/report.html]" + (f" (local copy: {out.local})" if out.mirror else ""))
+
+
+def failed(frame: pd.DataFrame) -> pd.DataFrame:
+    """The members that failed for good or never finished (exit status 1 of `headsweep grid`)."""
+    return frame[frame["status"].isin(FAILED)]
+
+
+FAILED = ("error", "unfinished")
 
 
 def write_results(out: OutDir, points: list[dict], errors: dict[str, str]) -> pd.DataFrame:

@@ -3,8 +3,16 @@ written (the grid's and the search's `finally`) and the command says so in one l
 SIGTERM handler would exit at once. The signal that stopped the run is remembered for that line."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
+
+# Stopping (Ctrl-C, SIGTERM) is one line of ours (sweep/cli.py's main; from Python, a KeyboardInterrupt), not Ray's:
+# its C++ handler prints a stack dump for SIGTERM, as for a crash, and Tune's own SIGINT handler prints a
+# Tuner.restore() recipe headsweep users do not need. Set on import, before Ray is imported (sweep/cli.py and
+# headsweep import this module first); an environment that sets them keeps its own.
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
 
 _received: list[str] = []
 

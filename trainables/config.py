@@ -52,8 +52,9 @@ class Config:
 ORCHESTRATION_SECTIONS = ("sweep", "search")
 
 
-def load(path: str | Path | None = None, overrides: list[str] = (), check_device: bool = True) -> Config:
-    """Schema defaults <- YAML file <- `key=value` overrides, then validate(). Raises ConfigError on bad input.
+def load(path: str | Path | Mapping | None = None, overrides: list[str] = (), check_device: bool = True) -> Config:
+    """Schema defaults <- YAML file (or a plain dict of the same keys) <- `key=value` overrides, then validate().
+    Raises ConfigError on bad input.
 
     `sweep:` and `search:` sections of the file are dropped here (sweep/ reads them with load_section), so a grid or
     search config also trains its base point with `headsweep train`; an override of one is refused, since nothing
@@ -68,10 +69,16 @@ def load(path: str | Path | None = None, overrides: list[str] = (), check_device
     return from_layers(layers, check_device)
 
 
-def read_layers(path: str | Path | None, overrides: list[str]) -> list[DictConfig]:
-    """The YAML file and each override as separate OmegaConf layers, syntax-checked."""
+def read_layers(path: str | Path | Mapping | None, overrides: list[str]) -> list[DictConfig]:
+    """The YAML file (or a dict holding what one would: from Python, headsweep.config) and each override as separate
+    OmegaConf layers, syntax-checked."""
     layers = []
-    if path is not None:
+    if isinstance(path, Mapping):
+        try:
+            layers.append(OmegaConf.create(dict(path)))
+        except oc_errors.OmegaConfBaseException as e:
+            raise ConfigError("CONFIG", f"the dict is not a config ({str(e).splitlines()[0]})") from None
+    elif path is not None:
         try:
             layers.append(OmegaConf.load(path))
         except FileNotFoundError:
@@ -105,7 +112,7 @@ def from_layers(layers: list[DictConfig], check_device: bool = True) -> Config:
     return cfg
 
 
-def load_section(path: str | Path, overrides: list[str], name: str, schema: type) -> tuple[Config, Any]:
+def load_section(path: str | Path | Mapping, overrides: list[str], name: str, schema: type) -> tuple[Config, Any]:
     """The base trial config and an orchestration section (`sweep:`, `search:`) typed by `schema`: `<name>.*`
     overrides go to the section, the others to the base config."""
     layers = read_layers(path, overrides)

@@ -9,29 +9,32 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
+
 from dashboards import report, search_wandb
 from sweep import cluster, preflight, tuner
 from sweep.out_dir import OutDir
 from sweep.search import loop, studies, tables
-from sweep.search.config import RENAMED_SAMPLERS, load_search
+from sweep.search.config import RENAMED_SAMPLERS, SearchConfig
 from trainables import config, store
 from trainables.errors import ConfigError
 from trainables.io import claim_out, create_out
 from trainables.tasks import task_of
 
 
-def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str | None, storage_url: str | None,
-        extend: int, address: str | None) -> int:
-    """Run (or resume, or extend) the search into `out_arg` (a directory or an s3:// place: out_dir.py), print its
-    per-slice table and return the exit status. Several processes may run it at once on the same studies (same
-    --out, or one --storage): they share the work."""
+def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: str | None, storage_url: str | None,
+        extend: int, address: str | None) -> tuple[OutDir, pd.DataFrame]:
+    """Run (or resume, or extend) the search of a loaded config (load_search) into `out_arg` (a directory or an s3://
+    place: out_dir.py); the output place and the per-slice table (min_diversity.csv's, or best.csv's). What the CLI
+    and headsweep.search both call. Several processes may run it at once on the same studies (same --out, or one
+    --storage): they share the work. Bad input raises ConfigError before anything is written; an interrupt
+    (KeyboardInterrupt) propagates once what finished is written (the tables, the report), and running again resumes."""
     if extend < 0:
         raise ConfigError("--extend", f"must be >= 0, got {extend}")
     if store.is_remote(out_arg) and not studies.is_server(storage_url):
         raise ConfigError("--storage", "a search whose --out is a bucket keeps its studies in a database server, "
                                        "e.g. --storage postgresql://user:password@host/db (an Optuna journal is "
                                        "appended to in place, which S3 objects cannot be)")
-    base, search = load_search(config_path, overrides)
     all_slices = studies.slices(base, search, study_prefix or base.name)
     resolved = config.to_yaml(base, search=search)
     out = OutDir.open(out_arg)
@@ -53,17 +56,23 @@ def run(config_path: str, overrides: list[str], out_arg: str, study_prefix: str 
         loop.run(base, search, all_slices, opened, out, extend)
     finally:  # even when interrupted: what finished is in the tables and the report
         table = cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
+    return out, table
+
+
+def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out: OutDir) -> str:
+    """What `headsweep search` prints at the end: the per-slice table (K*_q with its interval, or the best
+    candidates), what K*_q means, and where the files are."""
     if search.minimize:
-        print(table.drop(columns=["study"]).to_string(index=False))
+        lines = [table.drop(columns=["study"]).to_string(index=False)]
     else:
         axis = task_of(base).diversity_axis
-        print(tables.for_terminal(table, [a.key for a in search.slices], axis).to_string(index=False))
-        print(f"K*_q: the smallest {search.knob.key} at which a seed passes ({search.success.metric} "
-              f"{search.success.direction} {search.success.threshold:g}) with probability >= {search.success.rate:g}; "
-              f"[interval] at confidence {search.success.confidence:g}")
-    print(f"[{out}/{'best.csv' if search.minimize else 'min_diversity.csv'}, {out}/report.html]"
-          + (f" (local copy: {out.local})" if out.mirror else ""))
-    return 0
+        lines = [tables.for_terminal(table, [a.key for a in search.slices], axis).to_string(index=False),
+                 f"K*_q: the smallest {search.knob.key} at which a seed passes ({search.success.metric} "
+                 f"{search.success.direction} {search.success.threshold:g}) with probability >= "
+                 f"{search.success.rate:g}; [interval] at confidence {search.success.confidence:g}"]
+    lines.append(f"[{out}/{'best.csv' if search.minimize else 'min_diversity.csv'}, {out}/report.html]"
+                 + (f" (local copy: {out.local})" if out.mirror else ""))
+    return "\n".join(lines)
 
 
 def _as_written_before(base, search) -> list[str]:

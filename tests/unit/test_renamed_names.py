@@ -47,9 +47,11 @@ def search_without_ray(monkeypatch, fake_width_tune):
     monkeypatch.setattr(cluster, "disconnect_while", lambda work: work())
     monkeypatch.setattr(preflight, "check_storage", lambda out: None)
     monkeypatch.setattr(search_wandb, "log_search", lambda out: None)
-    return lambda out, *overrides, extend=0: sweep.search.run(
-        str(CONFIGS / "debug_search.yaml"), ["search.budget.per_slice=2", *overrides], str(out), None, None, extend,
-        None)
+    def run(out, *overrides, extend=0) -> int:
+        base, search = load_search(CONFIGS / "debug_search.yaml", ["search.budget.per_slice=2", *overrides])
+        sweep.search.run(base, search, str(out), None, None, extend, None)
+        return 0
+    return run
 
 
 def completed_per_study(out: Path) -> list[int]:

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 from ray import tune
 from ray.tune.search import Searcher
 
-from sweep import cluster, packing, verdicts
+from sweep import cluster, packing, shipping, verdicts
 from sweep.out_dir import PULL_EVERY_S, OutDir
 from sweep.progress import ProgressView
 from sweep.space import point_id
@@ -147,9 +147,11 @@ def _base_dict(base: config.Config, section) -> dict:
 
 
 def _trainable(base_dict: dict, section, trials: dict[str, list[dict]]):
-    return tune.with_resources(tune.with_parameters(run_trial, base=base_dict, plan=trials,
-                                                    stopper_of=verdicts.stopper_of),  # the sweep's verdict rule
-                               {"cpu": section.resources.cpu, "gpu": section.resources.gpu})
+    # stopper_of: the sweep's verdict rule; plugins: the tasks and models registered from Python (headsweep.register),
+    # shipped by value (shipping.py)
+    trainable = tune.with_parameters(run_trial, base=base_dict, plan=trials, stopper_of=verdicts.stopper_of,
+                                     plugins=shipping.shipped())
+    return tune.with_resources(trainable, {"cpu": section.resources.cpu, "gpu": section.resources.gpu})
 
 
 def _tune_config(section) -> tune.TuneConfig:

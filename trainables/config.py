@@ -342,6 +342,13 @@ def _name(layers: list[DictConfig], key: str, registry) -> str:
     return registry.default
 
 
+def forget_derived() -> None:
+    """Drop the schemas and merged bases built so far: a task or model registered anew under a name may have another
+    config dataclass (trainables/plugins.py)."""
+    _schema.cache_clear()
+    _merged_bases.clear()
+
+
 @functools.lru_cache(maxsize=None)
 def _schema(task: str, model: str) -> DictConfig:
     """The structured schema of a task and a model, built once per process (a sweep validates every point with it;

@@ -96,6 +96,11 @@ def _dry_run(cfg, readout: bool) -> set[str]:
     return set(train_metrics) | set(final) | set(diversity) | RUN_FACTS
 
 
+def forget(name: str) -> None:
+    """Check again every pair with a task or model of this name (registered anew: trainables/plugins.py)."""
+    _passed.difference_update({pair for pair in _passed if name in pair})
+
+
 def check_batch_sampler(task, cfg, d_vocab: int, n_ctx: int) -> None:
     """A task's batch_sampler, where it has one: two members' batches at once, each a Batch of the contract, and
     each member's the one it draws alone (its stream's, whatever it is packed with)."""

@@ -6,7 +6,9 @@ used, so a broken plugin never breaks the others or the built-ins:
 - an installed plugin: an entry point of group `headsweep.tasks` (or `headsweep.models`), `name = "module:ATTR"`,
   read with importlib.metadata (the way pytest, Inspect and MLflow find plugins);
 - a module path written in the config itself, `task.name: "my_pkg.my_task:TASK"`, for code that is importable but
-  not installed: on sys.path, or under the directory headsweep runs in (which Ray also puts on its workers' paths).
+  not installed: on sys.path, or under the directory headsweep runs in (which Ray also puts on its workers' paths);
+- an instance registered in this process (`register`, from Python: `headsweep.register`), defined anywhere, even
+  where nothing can import it (a notebook cell); the sweep ships it to its workers by value (trainables/plugins.py).
 
 The object a target names must be an instance of the protocol's class (Task, ModelSpec) that implements the required
 methods; anything else is one ConfigError naming the config key and what is wrong.
@@ -45,6 +47,7 @@ class Registry:
         self.builtins = {name: Source(name, target, "built-in") for name, target in builtins.items()}
         self.default = next(iter(builtins))
         self._loaded: dict[str, object] = {}
+        self._registered: dict[str, object] = {}
 
     # --- discovery (no plugin is imported) --------------------------------------------------------------------
     def sources(self) -> dict[str, list[Source]]:
@@ -52,6 +55,8 @@ class Registry:
         found = {name: [source] for name, source in self.builtins.items()}
         for source in _entry_points(self.group):
             found.setdefault(source.name, []).append(source)
+        for name, obj in self._registered.items():
+            found.setdefault(name, []).append(Source(name, _target_of(obj), REGISTERED))
         return found
 
     def __iter__(self):
@@ -78,6 +83,31 @@ class Registry:
             raise ConfigError(self.key, f"{name!r} is claimed by {claims}; uninstall one or rename its entry point "
                                         f"in group {self.group}")
         return sources[name][0]
+
+    # --- registered in this process ----------------------------------------------------------------------------
+    def register(self, obj) -> None:
+        """Make `obj` (an instance of the protocol's class) what its `name` picks in this process. Registering the
+        same name again replaces it (a notebook cell run again); a name a built-in or an installed plugin holds is
+        refused, as is anything that would not load from a module either. Raises ConfigError keyed by `key`."""
+        where = f"{self.kind} {getattr(obj, 'name', None)!r} (registered)"
+        if isinstance(obj, type) and issubclass(obj, self.base):
+            raise ConfigError(self.key, f"{where} is the class {obj.__name__}; register an instance of it "
+                                        f"({obj.__name__}())")
+        if not isinstance(obj, self.base):
+            raise ConfigError(self.key, f"{where} is a {type(obj).__name__}, not a {self.base.__module__}."
+                                        f"{self.base.__name__}")
+        problem = self._missing(obj) or (":" in obj.name and "its name must not hold a colon (that is a module path)")
+        if problem:
+            raise ConfigError(self.key, f"{where}: {problem}")
+        taken = [s for s in self.sources().get(obj.name, []) if s.origin != REGISTERED]
+        if taken:
+            raise ConfigError(self.key, f"{obj.name!r} is already the {taken[0].origin} {self.kind} "
+                                        f"({taken[0].target}); register yours under another name")
+        self._registered[obj.name] = self._loaded[obj.name] = obj
+
+    def registered(self) -> dict[str, object]:
+        """Name -> the instances registered in this process."""
+        return dict(self._registered)
 
     def _load(self, source: Source):
         detail = source.origin if source.origin == "module path" else f"{source.origin}, {source.target}"
@@ -116,6 +146,14 @@ class Registry:
             return "its `config` must be a dataclass with a `name` field (the section's schema)"
         missing = [m for m in self.required if getattr(type(obj), m) is getattr(self.base, m)]
         return f"does not implement {', '.join(missing)}" if missing else None
+
+
+REGISTERED = "registered in this process"
+
+
+def _target_of(obj) -> str:
+    """Where a registered instance's class was defined, as people read a target (module:Class())."""
+    return f"{type(obj).__module__}:{type(obj).__qualname__}()"
 
 
 @functools.lru_cache(maxsize=None)

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ray import tune
 
-from trainables import config
+from trainables import config, plugins as registered_plugins
 from trainables.copies import InPlace, open_members
 from trainables.io import ERROR_FILE, atomic_write, read_json, read_jsonl
 from trainables.logger import trial_logger
@@ -31,12 +31,14 @@ from trainables.train import save, train_members
 
 
 def run_trial(params: dict, base: dict, plan: dict[str, list[dict]],
-              stopper_of: Callable[[list[dict]], Stopper] = lambda members: NEVER) -> None:
+              stopper_of: Callable[[list[dict]], Stopper] = lambda members: NEVER, plugins: tuple = ()) -> None:
     """params = {"trial": id} with plan[id] its members, or {"trial": id, "members": [...]} (a search's trials,
     decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path or s3:// URI, "job_type":
     verb} and whatever else its sweep gives it (the rule of its verdict); base: the config dict every point is
     applied to; stopper_of: members -> their Stopper (the sweep binds its verdict rule's, sweep/verdicts.py), else
-    they train to their end."""
+    they train to their end; plugins: the tasks and models the driver registered (trainables/plugins.py), shipped by
+    value."""
+    registered_plugins.adopt(plugins)  # before any name is resolved: the names pick them here as in the driver
     files = open_members(params.get("members") or plan[params["trial"]])
     members, failed = files.members, True
     try:

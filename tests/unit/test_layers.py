@@ -3,7 +3,7 @@
 - trainables/ imports nothing from sweep/ or dashboards/, and no ray, optuna or wandb at module level except
   trainable.py (the Ray entry point) and copies.py (its checkpoints through Tune); the W&B sink imports wandb lazily,
   inside the sink.
-- dashboards/ imports nothing from sweep/.
+- dashboards/ imports nothing from sweep/; nothing imports headsweep/, the public face over the three.
 - Nothing in sweep/ or dashboards/ names a task's keys or a model's name: what is task-specific is behind the
   registries (tasks.TASKS, models.MODELS).
 - trainables/tasks/ and trainables/models/ import nothing that trains, measures or logs them.
@@ -85,6 +85,14 @@ TRAINING = {"trainables.train", "trainables.population", "trainables.trainable",
 def test_tasks_and_models_know_nothing_of_training(path):
     """Tasks and models come first in the data flow: what trains them imports them, never the other way."""
     assert not trainables_imports(path) & TRAINING, trainables_imports(path) & TRAINING
+
+
+@pytest.mark.parametrize("path", modules("trainables") + modules("sweep") + modules("dashboards"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_nothing_imports_headsweep_the_public_face_over_the_rooms(path):
+    """headsweep/ (`import headsweep as hs`) is built on trainables, sweep and dashboards; none of them leans on it,
+    so the CLI (sweep/cli.py) and hs are two faces of the same functions."""
+    assert "headsweep" not in all_imports(path)
 
 
 @pytest.mark.parametrize("path", modules("dashboards"), ids=lambda p: str(p.relative_to(ROOT)))

@@ -1,0 +1,219 @@
+"""What `train`, `grid`, `search` and `load` return: an output directory read back into tables and figures.
+
+Every result is read from the files a verb writes (DESIGN's output-dir contract), never from the objects that wrote
+them, so a directory written by the CLI and one written from Python read the same, and `load(out)` gives what the
+verb returned. `repr` shows the table the CLI prints; in Jupyter, `_repr_html_` shows it as HTML.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from dashboards import report
+from trainables.errors import ConfigError
+from trainables.io import FINISHED, read_json, read_jsonl
+from trainables.tasks import task_of, view_of
+
+FAILED = ("error", "unfinished")  # a member that failed for good, or never finished (the grid's exit status 1)
+
+
+def read(out: Path, storage: str | None = None) -> "TrainResult | GridResult | SearchResult":
+    """The result of the verb that wrote the local directory `out` (report.detect decides which)."""
+    kind = report.detect(out)
+    cfg = report.read_config(out / "config.yaml") or {}
+    if kind == "train":
+        return TrainResult(out, cfg)
+    frame = report.results(out, kind, report.member_dirs(out))
+    if kind == "grid":
+        return GridResult(out, cfg, frame)
+    return SearchResult(out, cfg, frame, storage)
+
+
+@dataclass(repr=False)
+class _Result:
+    out: Path  # the directory the files are in (for a bucket, its local mirror)
+    config: dict  # config.yaml, resolved: every key the run used
+
+    @property
+    def name(self) -> str:
+        return self.config.get("name") or self.out.name
+
+    def _headline(self) -> tuple[str, ...]:
+        """The task's headline metrics; none where the task cannot be loaded here (a task registered in another
+        process)."""
+        try:
+            return view_of(task_of(self.config)).headline
+        except ConfigError:
+            return ()
+
+    def _repr_html_(self) -> str:
+        return f"<p><b>{type(self).__name__}</b> {self.name} <code>[{self.out}]</code></p>" + self._table().to_html()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__} {self.name} [{self.out}]\n{self._table().to_string(index=False)}"
+
+    def _table(self) -> pd.DataFrame:
+        raise NotImplementedError
+
+
+@dataclass(repr=False)
+class _Members(_Result):
+    """A grid's or search's: members under out/trials/<member>/."""
+
+    def history(self, member: str | Mapping) -> pd.DataFrame:
+        """One member's curves: its metrics.jsonl, one row per evaluation (step, then each metric). `member`: its id
+        (the `member` column of `.df` or `.trials`), or a row of those tables.
+
+            >>> grid = hs.load("runs/debug_grid")
+            >>> grid.history(grid.df.iloc[0])[["step", "ood/acc"]]
+        """
+        member_id = member["member"] if isinstance(member, (Mapping, pd.Series)) else member
+        path = self.out / "trials" / str(member_id) / "metrics.jsonl"
+        if not path.exists():
+            raise KeyError(f"no member {member_id!r} with metrics in {self.out}/trials")
+        return pd.DataFrame(read_jsonl(path))
+
+
+@dataclass(repr=False)
+class TrainResult(_Result):
+    """One trained member: `.metrics` (result.json: the final metrics, status, steps, seconds), `.history` (metrics.jsonl:
+    one row per evaluation), `.arrays` (attention.npz: name -> array), `.config`, `.out`.
+
+        >>> run = hs.train(hs.config("configs/debug.yaml", "seed=1"))
+        >>> run.metrics["ood/acc"], run.history[["step", "train/loss"]].tail(3)
+    """
+
+    @cached_property
+    def metrics(self) -> dict:
+        return read_json(self.out / "result.json") or {}
+
+    @cached_property
+    def history(self) -> pd.DataFrame:
+        path = self.out / "metrics.jsonl"
+        return pd.DataFrame(read_jsonl(path)) if path.exists() else pd.DataFrame()
+
+    @cached_property
+    def arrays(self) -> dict[str, np.ndarray]:
+        path = self.out / "attention.npz"
+        if not path.exists():
+            return {}
+        with np.load(path) as arrays:
+            return {name: arrays[name] for name in arrays.files}
+
+    def _table(self) -> pd.DataFrame:
+        shown = [k for k in (*self._headline(), "status", "steps", "seconds") if k in self.metrics]
+        return pd.DataFrame([{k: self.metrics[k] for k in shown or self.metrics}])
+
+
+@dataclass(repr=False)
+class GridResult(_Members):
+    """A grid: `.df` (results.csv: one row per member, its point, seed, member id, status, error, seconds and final
+    metrics), `.failed` (the rows of members that failed for good or never finished), `.history(member)`,
+    `.phase_diagram()`, `.config`, `.out`.
+
+        >>> grid = hs.grid(hs.config("configs/debug_grid.yaml"), out="runs/debug_grid")
+        >>> grid.df.groupby("task.lengths.low")["ood/acc"].mean()
+    """
+
+    df: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def failed(self) -> pd.DataFrame:
+        return self.df[self.df["status"].isin(FAILED)] if "status" in self.df else self.df.iloc[:0]
+
+    @property
+    def keys(self) -> list[str]:
+        """The swept keys (the axes'), then seed."""
+        return [axis["key"] for axis in (self.config.get("sweep") or {}).get("axes", [])] + ["seed"]
+
+    def phase_diagram(self) -> Figure | None:
+        """The phase diagram of report.html and phase_diagram.png (the sweep's phase_diagram section) as a matplotlib
+        Figure; None where it cannot be drawn (fewer than two axes, nothing finished)."""
+        finished = self.df[self.df["status"].isin(FINISHED)] if "status" in self.df else self.df
+        return report.draw_phase_diagram(finished, self.config, view_of(task_of(self.config)))[0]
+
+    def _table(self) -> pd.DataFrame:
+        """The table `headsweep grid` prints: swept keys (short), the headline metrics, status."""
+        shown = [c for c in (*self.keys, *self._headline(), "status") if c in self.df.columns]
+        return self.df[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in self.keys else c)
+
+    def __repr__(self) -> str:
+        counts = self.df["status"].value_counts().to_dict() if "status" in self.df else {}
+        return (super().__repr__() + f"\n{len(self.df)} members: "
+                + ", ".join(f"{n} {status}" for status, n in counts.items()))
+
+
+@dataclass(repr=False)
+class SearchResult(_Members):
+    """A search: `.table` (min_diversity.csv: per slice K*_q with its interval, the seeds behind it; best.csv for a
+    distribution search), `.trials` (trials.csv: one row per training, the member's point, seed, Optuna trial, status
+    and metrics), `.curve` (success_curve.csv: the pass probability at every knob value of every slice, with its
+    interval), `.studies` (the Optuna studies, by name), `.history(member)`, `.success_curves()`, `.config`, `.out`.
+
+        >>> found = hs.search(hs.config("configs/debug_search.yaml"), out="runs/debug_search")
+        >>> found.table[["task.lengths.low", "diversity_star", "diversity_star_low", "diversity_star_high"]]
+    """
+
+    trials: pd.DataFrame = field(default_factory=pd.DataFrame)
+    storage: str | None = None  # the studies' storage when not the default journal (search --storage)
+
+    @cached_property
+    def table(self) -> pd.DataFrame:
+        for name in ("min_diversity.csv", "best.csv"):
+            if (self.out / name).exists():
+                return _csv(self.out / name)
+        return pd.DataFrame()
+
+    @cached_property
+    def curve(self) -> pd.DataFrame:
+        return _csv(self.out / "success_curve.csv")
+
+    @cached_property
+    def studies(self) -> dict[str, Any]:
+        """Study name -> its optuna.Study (one per slice), opened from the search's storage."""
+        import optuna
+
+        from sweep.search.studies import storage_for  # Optuna and Ray: only when asked for
+
+        storage = storage_for(self.storage, self.out.resolve(), create=False)
+        names = list(dict.fromkeys(self.table.get("study", pd.Series(dtype=str)).tolist()))
+        return {} if storage is None else {name: optuna.load_study(study_name=name, storage=storage)
+                                           for name in names}
+
+    @property
+    def search(self) -> dict:
+        return self.config.get("search") or {}
+
+    def success_curves(self) -> Figure | None:
+        """The success curves of report.html (p(K) per slice, K*_q with its interval) as a matplotlib Figure; None
+        for a search without them (a distribution search, nothing trained yet)."""
+        if self.curve.empty or "diversity_star" not in self.table:
+            return None
+        return report.draw_success_curves(self.curve, self.table, self.config)
+
+    def _table(self) -> pd.DataFrame:
+        """The table `headsweep search` prints."""
+        if self.table.empty:
+            return self.table
+        if self.search.get("minimize"):
+            return self.table.drop(columns=["study"], errors="ignore")
+        from sweep.search.tables import for_terminal  # (imports Ray and Optuna: sweep/search/__init__.py)
+
+        try:
+            axis = task_of(self.config).diversity_axis
+        except ConfigError:
+            axis = ""
+        return for_terminal(self.table, [a["key"] for a in self.search.get("slices", [])], axis)
+
+
+def _csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path) if path.exists() else pd.DataFrame()
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()

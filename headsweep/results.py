@@ -82,8 +82,8 @@ class _Members(_Result):
 
 @dataclass(repr=False)
 class TrainResult(_Result):
-    """One trained member: `.metrics` (result.json: the final metrics, status, steps, seconds), `.history` (metrics.jsonl:
-    one row per evaluation), `.arrays` (attention.npz: name -> array), `.config`, `.out`.
+    """One trained member: `.metrics` (result.json: the final metrics, status, steps, seconds), `.history`
+    (metrics.jsonl: one row per evaluation), `.arrays` (attention.npz: name -> array), `.config`, `.out`.
 
         >>> run = hs.train(hs.config("configs/debug.yaml", "seed=1"))
         >>> run.metrics["ood/acc"], run.history[["step", "train/loss"]].tail(3)

@@ -54,7 +54,8 @@ def test_the_plugin_names_are_the_stable_ones_not_copies():
 
 def test_importing_headsweep_starts_no_ray_and_no_optuna():
     code = "import sys, headsweep; print('ray' in sys.modules, 'optuna' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(hs.__file__).parents[1])
+    root = Path(hs.__file__).parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert done.stdout.split() == ["False", "False"], done.stderr[-2000:]
 
 
@@ -125,7 +126,8 @@ def test_config_refuses_what_is_no_config():
 def test_train_returns_metrics_history_arrays_and_its_directory(tmp_path):
     run = hs.train(hs.config(CONFIGS / "debug.yaml", *TINY_TRAIN), out=tmp_path / "run")
     assert isinstance(run, hs.TrainResult) and run.out == tmp_path / "run"
-    assert run.metrics["status"] == "completed" and run.metrics["steps"] == 40 and isinstance(run.metrics["ood/acc"], float)
+    assert run.metrics["status"] == "completed" and run.metrics["steps"] == 40
+    assert isinstance(run.metrics["ood/acc"], float)
     assert isinstance(run.history, pd.DataFrame) and run.history["step"].tolist() == [20, 40]
     assert {"train/loss", "ood/acc"} <= set(run.history.columns)
     assert run.arrays and all(isinstance(a, np.ndarray) for a in run.arrays.values())

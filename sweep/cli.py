@@ -180,7 +180,7 @@ def _search(args) -> int:
 
 def _report(args) -> int:
     from dashboards import report
-    from sweep.out_dir import OutDir
+    from sweep.storage.out_dir import OutDir
 
     out = OutDir.open(args.dir)
     path = report.build(out.local)
@@ -191,7 +191,7 @@ def _report(args) -> int:
 
 def _compare(args) -> int:
     from dashboards.compare import compare
-    from sweep.out_dir import OutDir
+    from sweep.storage.out_dir import OutDir
 
     figure, table = compare([OutDir.open(d).local for d in args.dirs], args.out)
     print(f"wrote {figure}, {table}")

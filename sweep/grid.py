@@ -12,7 +12,7 @@ import pandas as pd
 
 from dashboards import report
 from sweep import cluster, packing, preflight, space, tuner
-from sweep.out_dir import OutDir
+from sweep.storage.out_dir import OutDir
 from trainables import config
 from trainables.io import atomic_write, claim_out, create_out, read_json
 from trainables.tasks import task_of, view_of
@@ -25,8 +25,8 @@ FIRST_COLUMNS = ["member", "trial", "status", "error", "seconds"]
 def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_arg: str,
         address: str | None) -> tuple[OutDir, pd.DataFrame]:
     """Run (or resume) the grid of a loaded config (space.load_sweep) into `out_arg` (a directory or an s3:// place:
-    out_dir.py); the output place and the results (results.csv's frame). What the CLI and headsweep.grid both call.
-    Bad input raises ConfigError before anything is written; an interrupt (KeyboardInterrupt) propagates once what
+    storage/out_dir.py); the output place and the results (results.csv's frame). What the CLI and headsweep.grid
+    both call. Bad input raises ConfigError before anything is written; an interrupt (KeyboardInterrupt) propagates once what
     finished is written (results.csv, the report), and running again on the same place resumes."""
     resolved = config.to_yaml(base, sweep=sweep)
     out = OutDir.open(out_arg)

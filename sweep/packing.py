@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from sweep.out_dir import OutDir
 from sweep.space import point_id
+from sweep.storage.out_dir import OutDir
 from trainables import config, memory
 from trainables.errors import ConfigError
 from trainables.models import MODELS

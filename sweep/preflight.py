@@ -5,8 +5,9 @@ Since Ray 2.7 Tune copies no trial files between nodes: each trial writes its re
 runs straight into --out, and the driver reads them back (results.csv, the search's tells, resuming). On storage
 that a node does not share, its trials "succeed" and their results are nowhere the driver looks. So the driver writes
 a file with a random token into --out, one task pinned to each alive node reads it back and writes its own, and the
-driver reads those: any mismatch is one line and exit 2, before anything has started. For a bucket (out_dir.py),
-each node checks it with its own credentials and writes a probe object there, which the driver reads and deletes.
+driver reads those: any mismatch is one line and exit 2, before anything has started. For a bucket
+(storage/out_dir.py), each node checks it with its own credentials and writes a probe object there, which the driver
+reads and deletes.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ import ray
 from ray.exceptions import RayError, TaskUnschedulableError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from sweep.out_dir import OutDir
-from trainables import store
+from sweep.storage import buckets
+from sweep.storage.out_dir import OutDir
 from trainables.errors import ConfigError
 
 PROBE_PREFIX = ".preflight-"  # the probe directory inside --out: PROBE_PREFIX + token, gone when the check ends
@@ -40,7 +41,7 @@ def check_storage(out: OutDir) -> None:
         check_shared_storage(out.local)
 
 
-def check_bucket(bucket: store.Bucket) -> None:
+def check_bucket(bucket: buckets.Bucket) -> None:
     """Raise ConfigError("--out", ...) naming the first node that cannot reach the bucket (credentials, endpoint,
     network) or write to it. Every probe object is deleted again, whatever happened."""
     token = secrets.token_hex(16)
@@ -64,9 +65,9 @@ def check_bucket(bucket: store.Bucket) -> None:
 
 
 @ray.remote(max_retries=0)
-def _bucket_probe(probes: store.Bucket, token: str, name: str) -> str | None:
+def _bucket_probe(probes: buckets.Bucket, token: str, name: str) -> str | None:
     """On one node: None if it could check the bucket and write `name` into `probes` and read it back, else why not."""
-    if (problem := store.problem(probes)) is not None:
+    if (problem := buckets.problem(probes)) is not None:
         return problem
     try:
         with probes.filesystem.open_output_stream(probes.path(name)) as sink:
@@ -74,10 +75,10 @@ def _bucket_probe(probes: store.Bucket, token: str, name: str) -> str | None:
         with probes.filesystem.open_input_stream(probes.path(name)) as source:
             return None if source.readall().decode() == token else "it reads back another token"
     except OSError as e:
-        return f"it cannot write there: {store.why(str(e))}"
+        return f"it cannot write there: {buckets.why(str(e))}"
 
 
-def _cannot_reach(node: dict, bucket: store.Bucket, why: str) -> ConfigError:
+def _cannot_reach(node: dict, bucket: buckets.Bucket, why: str) -> ConfigError:
     where = f"{node.get('NodeManagerAddress', '?')}/{node['NodeID'][:8]}"
     return ConfigError("--out", f"node {where} cannot use {bucket} ({why}): every node needs the bucket's endpoint "
                                 "and credentials (docs/CLUSTER.md)")

@@ -15,9 +15,10 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from sweep import cluster, packing, shipping, verdicts
-from sweep.out_dir import PULL_EVERY_S, OutDir
 from sweep.progress import ProgressView
 from sweep.space import point_id
+from sweep.storage import copies
+from sweep.storage.out_dir import PULL_EVERY_S, OutDir
 from trainables import config
 from trainables.io import read_json, write_json
 from trainables.trainable import run_trial
@@ -147,10 +148,11 @@ def _base_dict(base: config.Config, section) -> dict:
 
 
 def _trainable(base_dict: dict, section, trials: dict[str, list[dict]]):
-    # stopper_of: the sweep's verdict rule; plugins: the tasks and models registered from Python (headsweep.register),
-    # shipped by value (shipping.py)
-    trainable = tune.with_parameters(run_trial, base=base_dict, plan=trials, stopper_of=verdicts.stopper_of,
-                                     plugins=shipping.shipped())
+    """run_trial with its plan, the storage its members are opened in (trainables never import the sweep's), the
+    sweep's verdict rule, and the tasks and models registered from Python (headsweep.register), shipped by value
+    (shipping.py)."""
+    trainable = tune.with_parameters(run_trial, base=base_dict, plan=trials, open_members=copies.open_members,
+                                     stopper_of=verdicts.stopper_of, plugins=shipping.shipped())
     return tune.with_resources(trainable, {"cpu": section.resources.cpu, "gpu": section.resources.gpu})
 
 

@@ -1,27 +1,26 @@
-"""Ray Tune entry point: a trial's members -> configs -> train_members(), checkpointing through ray.tune.
+"""Ray Tune entry point: a trial's members -> configs -> train_members(), checkpointing through what opened them.
 
-The only module of trainables/ besides copies.py that imports ray. A trial carries a list of members (one, or several
-packed), each with its sweep point and its place: an absolute output directory, or an s3:// URI (copies.py keeps a
-working copy of it). Members of one shape train as one population (population.pack_key) when their model vectorizes,
-the others one group after another; results, directories, checkpoints and W&B runs stay one per member, so a user
-sees no difference but speed.
+The only module of trainables/ that imports ray. A trial carries a list of members (one, or several packed), each
+with its sweep point and its place: an absolute output directory, or an s3:// URI. Where a place lives is the sweep's
+business (sweep/storage/): the sweep binds `open_members` (tune.with_parameters), and the trial uses only what
+OpenedMembers promises. Members of one shape train as one population (population.pack_key) when their model
+vectorizes, the others one group after another; results, directories, checkpoints and W&B runs stay one per member,
+so a user sees no difference but speed.
 
 Metrics reach the driver through the members' files (metrics.jsonl, result.json: the source of truth), not through
 Tune: a `tune.report` blocks the trial until the driver has fetched it, which cost a 156-point grid of one-step
-members a quarter of its Tune run. Tune gets one result per trial, and the checkpoints a retry resumes from where
-the members' places are directories (copies.py).
+members a quarter of its Tune run. Tune gets one result per trial.
 """
 from __future__ import annotations
 
 import json
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from ray import tune
 
 from trainables import config, plugins as registered_plugins
-from trainables.copies import InPlace, open_members
 from trainables.io import ERROR_FILE, atomic_write, read_json, read_jsonl
 from trainables.logger import trial_logger
 from trainables.models import MODELS
@@ -30,14 +29,36 @@ from trainables.stopper import NEVER, Stopper
 from trainables.train import save, train_members
 
 
-def run_trial(params: dict, base: dict, plan: dict[str, list[dict]],
+class OpenedMembers(Protocol):
+    """A trial's members opened where they can train: what run_trial needs of the sweep's storage."""
+
+    members: list[dict]  # the members as given, each "dir" now a local directory it writes into
+
+    def saved(self) -> dict[int, dict]:
+        """member index -> its training state at its latest checkpoint (a member without one starts at step 0)."""
+
+    def save(self, states: dict[int, dict]) -> None:
+        """Checkpoint these members' training states (member index -> state; a state with "final" ends one)."""
+
+    def push(self, *indices: int) -> None:
+        """Send these members' files (all without indices) to their places (nothing to do where they are written
+        in place)."""
+
+    def close(self, failed: bool = False) -> None:
+        """The trial has ended (`failed`: with an exception): send what is worth keeping, remove what is not."""
+
+
+MembersOpener = Callable[[list[dict]], OpenedMembers]
+
+
+def run_trial(params: dict, base: dict, plan: dict[str, list[dict]], open_members: MembersOpener,
               stopper_of: Callable[[list[dict]], Stopper] = lambda members: NEVER, plugins: tuple = ()) -> None:
     """params = {"trial": id} with plan[id] its members, or {"trial": id, "members": [...]} (a search's trials,
     decided as it goes); a member is {"point": {dotted key: value}, "dir": absolute path or s3:// URI, "job_type":
     verb} and whatever else its sweep gives it (the rule of its verdict); base: the config dict every point is
-    applied to; stopper_of: members -> their Stopper (the sweep binds its verdict rule's, sweep/verdicts.py), else
-    they train to their end; plugins: the tasks and models the driver registered (trainables/plugins.py), shipped by
-    value."""
+    applied to; open_members: the sweep's storage (sweep.storage.copies.open_members); stopper_of: members -> their
+    Stopper (the sweep binds its verdict rule's, sweep/verdicts.py), else they train to their end; plugins: the tasks
+    and models the driver registered (trainables/plugins.py), shipped by value."""
     registered_plugins.adopt(plugins)  # before any name is resolved: the names pick them here as in the driver
     files = open_members(params.get("members") or plan[params["trial"]])
     members, failed = files.members, True
@@ -80,11 +101,10 @@ def _record_error(members: list[dict], error: Exception) -> None:
                 pass
 
 
-def _train_group(files: InPlace, group: dict[int, config.Config], saved: dict, stopper: Stopper) -> None:
+def _train_group(files: OpenedMembers, group: dict[int, config.Config], saved: dict, stopper: Stopper) -> None:
     """Train these members (index -> config; one shape, one step) as one population, each logging to its own
-    directory (files.members); `stopper` is that of all the trial's members (by their index).
-    Checkpoints go to `files` (Tune's, or each member's state.pt in a bucket), and a finished member's files are
-    pushed at once."""
+    directory (files.members); `stopper` is that of all the trial's members (by their index). Checkpoints go to
+    `files`, and a finished member's files are pushed at once."""
     indices, members = list(group), files.members
     with ExitStack() as contexts:
         cfgs, loggers, resumes = [], [], []

@@ -13,10 +13,11 @@ import pandas as pd
 
 from dashboards import report, search_wandb
 from sweep import cluster, preflight, tuner
-from sweep.out_dir import OutDir
 from sweep.search import loop, studies, tables
 from sweep.search.config import RENAMED_SAMPLERS, SearchConfig
-from trainables import config, store
+from sweep.storage import buckets
+from sweep.storage.out_dir import OutDir
+from trainables import config
 from trainables.errors import ConfigError
 from trainables.io import claim_out, create_out
 from trainables.tasks import task_of
@@ -25,13 +26,13 @@ from trainables.tasks import task_of
 def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: str | None, storage_url: str | None,
         extend: int, address: str | None) -> tuple[OutDir, pd.DataFrame]:
     """Run (or resume, or extend) the search of a loaded config (load_search) into `out_arg` (a directory or an s3://
-    place: out_dir.py); the output place and the per-slice table (min_diversity.csv's, or best.csv's). What the CLI
+    place: storage/out_dir.py); the output place and the per-slice table (min_diversity.csv's, or best.csv's). What the CLI
     and headsweep.search both call. Several processes may run it at once on the same studies (same --out, or one
     --storage): they share the work. Bad input raises ConfigError before anything is written; an interrupt
     (KeyboardInterrupt) propagates once what finished is written (the tables, the report), and running again resumes."""
     if extend < 0:
         raise ConfigError("--extend", f"must be >= 0, got {extend}")
-    if store.is_remote(out_arg) and not studies.is_server(storage_url):
+    if buckets.is_remote(out_arg) and not studies.is_server(storage_url):
         raise ConfigError("--storage", "a search whose --out is a bucket keeps its studies in a database server, "
                                        "e.g. --storage postgresql://user:password@host/db (an Optuna journal is "
                                        "appended to in place, which S3 objects cannot be)")

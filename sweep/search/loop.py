@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sweep import tuner
-from sweep.out_dir import OutDir
+from sweep.storage.out_dir import OutDir
 from sweep.search import bisection, guide, owners
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice, constraint_checks, holds

@@ -166,7 +166,7 @@ def grid_report(tmp_path_factory) -> Path:
     """A grid output dir made by the grid's own writers from real one-step trainings (no Ray: the grid itself is
     tested in tests/integration), and its rebuilt report."""
     from sweep import grid, packing, space
-    from sweep.out_dir import OutDir
+    from sweep.storage.out_dir import OutDir
     from trainables import config
     from trainables.io import atomic_write
     from trainables.logger import trial_logger
@@ -197,7 +197,7 @@ def search_report(tmp_path_factory) -> Path:
     from dashboards import report
     from sweep.search import loop, tables
     from sweep.search import studies as search_studies
-    from sweep.out_dir import OutDir
+    from sweep.storage.out_dir import OutDir
     from sweep.search.config import load_search
     from tests.unit.conftest import R_NEEDED, fake_executor
     from trainables import config

@@ -1,6 +1,6 @@
-"""The bucket mirror (trainables/store.Mirror) and a trial's working copies (trainables/copies.WorkingCopies) against
-a real S3-compatible server on 127.0.0.1 (tests/s3_server.py): what is pushed and pulled, in which order, what is
-deleted, and that no credential travels with the pickled filesystem Tune and Ray send to the nodes."""
+"""The bucket mirror (sweep/storage/buckets.Mirror) and a trial's working copies (sweep/storage/copies.WorkingCopies)
+against a real S3-compatible server on 127.0.0.1 (tests/s3_server.py): what is pushed and pulled, in which order,
+what is deleted, and that no credential travels with the pickled filesystem Tune and Ray send to the nodes."""
 import os
 import pickle
 import time
@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
+from sweep.storage.buckets import Bucket, Mirror
+from sweep.storage.copies import STATE_FILE, WorkingCopies
 from tests.s3_server import s3_server
-from trainables.copies import STATE_FILE, WorkingCopies
-from trainables.store import Bucket, Mirror
 
 
 @pytest.fixture(scope="module")

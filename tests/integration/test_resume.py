@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+from sweep.storage.copies import STATE_FILE, load_state
+from tests.conftest import CONFIGS
 from trainables import config
 from trainables.train import train
-from trainables.copies import STATE_FILE, load_state
-from tests.conftest import CONFIGS
 
 
 def through_a_file(state: dict, tmp_path) -> dict:
@@ -48,6 +48,7 @@ def test_a_retried_trial_counts_the_verdicts_its_members_left_in_an_earlier_atte
     that result already decided."""
     from ray import tune
 
+    from sweep.storage.copies import open_members
     from sweep.verdicts import Rule, stopper_of
     from trainables import trainable
     from trainables.io import VERDICT_KNOWN, read_json, write_json
@@ -58,7 +59,8 @@ def test_a_retried_trial_counts_the_verdicts_its_members_left_in_an_earlier_atte
     rule = Rule("ood/acc", 0.9, True, 0, group="candidate", needed=2, size=2).to_dict()
     members = [{"point": {"seed": seed}, "dir": str(tmp_path / f"seed={seed}"), "verdict": rule} for seed in (0, 1)]
     write_json(tmp_path / "seed=0" / "result.json", {"status": "completed", "ood/acc": 0.2})
-    trainable.run_trial({"trial": "t", "members": members}, base, {}, stopper_of=stopper_of)  # as sweep/tuner.py
+    trainable.run_trial({"trial": "t", "members": members}, base, {}, open_members,
+                        stopper_of=stopper_of)  # as sweep/tuner.py binds them
     retried = read_json(tmp_path / "seed=1" / "result.json")
     assert retried["status"] == VERDICT_KNOWN and retried["steps"] == 0
     assert retried["stopped_because"] == "its candidate failed: 1 of 2 seeds failed, 2 needed to pass"

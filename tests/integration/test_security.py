@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from sweep.storage.copies import load_state
 from tests.conftest import CONFIGS
 from tests.integration.conftest import headsweep
-from trainables.copies import load_state
 
 SECRET = "hs-test-secret-0123456789abcdef0123456789abcdef"
 HOSTILE_NAME = '<img src=x onerror="alert(1)">'

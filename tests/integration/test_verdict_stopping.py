@@ -97,6 +97,7 @@ def test_a_seed_never_trained_leaves_no_metric_in_its_files_or_its_wandb_run(tmp
     data/* measures (in the run's config too, for grouping) but no metric, and it has no attention.npz or artifact."""
     from ray import tune
 
+    from sweep.storage.copies import open_members
     from sweep.verdicts import Rule, stopper_of
     from trainables import trainable
     from trainables.io import VERDICT_KNOWN
@@ -108,7 +109,8 @@ def test_a_seed_never_trained_leaves_no_metric_in_its_files_or_its_wandb_run(tmp
     base = config.to_dict(config.load(CONFIGS / "debug_search.yaml", ["logging.wandb=true"]))
     rule = Rule("ood/acc", 2.0, True, 0, group="candidate", needed=2, size=2).to_dict()
     members = [{"point": {"seed": seed}, "dir": str(tmp_path / f"seed={seed}"), "verdict": rule} for seed in (0, 1)]
-    trainable.run_trial({"trial": "t", "members": members}, base, {}, stopper_of=stopper_of)  # as sweep/tuner.py
+    trainable.run_trial({"trial": "t", "members": members}, base, {}, open_members,
+                        stopper_of=stopper_of)  # as sweep/tuner.py binds them
     trained, untrained = (tmp_path / "seed=0", tmp_path / "seed=1")
     result = read_json(untrained / "result.json")
     assert result["status"] == VERDICT_KNOWN and result["steps"] == 0

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from sweep.out_dir import OutDir
+from sweep.storage.out_dir import OutDir
 from sweep.search import bisection, loop
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search

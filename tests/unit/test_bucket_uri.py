@@ -1,9 +1,9 @@
-"""s3:// places (trainables/store.Bucket): what a URI may and may not carry, and its round trip through a member's
+"""s3:// places (sweep/storage/buckets.Bucket): what a URI may and may not carry, and its round trip through a member's
 dir (point ids hold '=' and ',')."""
 import pytest
 
+from sweep.storage.buckets import Bucket, is_remote, why
 from trainables.errors import ConfigError
-from trainables.store import Bucket, is_remote, why
 
 
 def test_a_uri_names_bucket_prefix_endpoint_and_region_and_round_trips_through_a_members_dir():

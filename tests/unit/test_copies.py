@@ -5,10 +5,10 @@ import subprocess
 import sys
 import tempfile
 
-from trainables import copies
+from sweep.storage import copies
 
 CHILD = """
-from trainables.copies import scratch_dir
+from sweep.storage.copies import scratch_dir
 print(scratch_dir(), flush=True)
 import time
 time.sleep(120)  # until killed

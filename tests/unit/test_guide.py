@@ -4,7 +4,7 @@ asks or tells resumes to exactly the uninterrupted sequence of evaluations (the 
 import optuna
 import pytest
 
-from sweep.out_dir import OutDir
+from sweep.storage.out_dir import OutDir
 
 from sweep.search import bisection, guide, loop
 from sweep.search import studies as search_studies

@@ -1,8 +1,9 @@
 """DESIGN's data flow, enforced: tasks and models -> train -> trainable -> sweep -> dashboards.
 
 - trainables/ imports nothing from sweep/ or dashboards/, and no ray, optuna or wandb at module level except
-  trainable.py (the Ray entry point) and copies.py (its checkpoints through Tune); the W&B sink imports wandb lazily,
-  inside the sink.
+  trainable.py (the Ray entry point); the W&B sink imports wandb lazily, inside the sink.
+- trainables/ holds no storage: where members' files live (a directory, a bucket, working copies) is sweep/storage/'s,
+  handed to the trainable by the sweep; no module of trainables/ imports a storage client.
 - dashboards/ imports nothing from sweep/; nothing imports headsweep/, the public face over the three.
 - Nothing in sweep/ or dashboards/ names a task's keys or a model's name: what is task-specific is behind the
   registries (tasks.TASKS, models.MODELS).
@@ -60,7 +61,19 @@ def all_imports(path: Path) -> set[str]:
 def test_trainables_import_nothing_downstream_and_no_orchestration_library(path):
     assert not all_imports(path) & {"sweep", "dashboards"}
     heavy = top_level_imports(path) & {"ray", "optuna", "wandb", "wandb_workspaces"}
-    assert not heavy or path.name in ("trainable.py", "copies.py"), f"{path.name} imports {heavy} at module level"
+    assert not heavy or path.name == "trainable.py", f"{path.name} imports {heavy} at module level"
+
+
+# The clients an output place is reached through (a bucket's, a filesystem's): sweep/storage/ uses pyarrow's.
+STORAGE_CLIENTS = {"pyarrow", "fsspec", "s3fs", "boto3", "botocore"}
+
+
+@pytest.mark.parametrize("path", modules("trainables"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_trainables_hold_no_storage(path):
+    """A trial opens its members through the opener the sweep passes to run_trial (sweep.storage.copies), never
+    through storage of its own: no module of trainables/ reaches a bucket or imports the sweep's storage."""
+    found = all_imports(path) & (STORAGE_CLIENTS | {"sweep"})
+    assert not found, f"{path.name} imports {found}"
 
 
 def trainables_imports(path: Path) -> set[str]:
@@ -125,6 +138,14 @@ def test_the_name_scan_would_catch_each_kind_of_leak(tmp_path, leak):
     leaky.write_text(leak)
     with pytest.raises(AssertionError):
         test_sweep_and_dashboards_name_no_task_key_and_no_model(leaky)
+
+
+@pytest.mark.parametrize("leak", ["from sweep.storage import copies\n", "import pyarrow.fs\n"])
+def test_the_storage_scan_would_catch_each_kind_of_import(tmp_path, leak):
+    leaky = tmp_path / "leaky.py"
+    leaky.write_text(leak)
+    with pytest.raises(AssertionError):
+        test_trainables_hold_no_storage(leaky)
 
 
 @pytest.mark.parametrize("leak", ["from sweep import grid\n", "import sweep.grid\n",

@@ -15,7 +15,7 @@ import torch
 from sweep.search import bisection, loop
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
-from sweep.out_dir import OutDir
+from sweep.storage.out_dir import OutDir
 from tests.conftest import CONFIGS
 from tests.unit.samplers import assert_drawn_as_alone, draw_op_counts, same_batches
 from tests.unit.conftest import fake_executor

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweep.out_dir import OutDir
+from sweep.storage.out_dir import OutDir
 
 from sweep.search import loop, owners
 from sweep.search import studies as search_studies

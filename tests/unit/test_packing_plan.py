@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from sweep import packing
-from sweep.out_dir import OutDir
 from sweep.space import load_sweep
+from sweep.storage.out_dir import OutDir
 from tests.conftest import CONFIGS
 from trainables import config, memory
 from trainables.errors import ConfigError

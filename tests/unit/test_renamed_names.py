@@ -11,9 +11,9 @@ import pytest
 import sweep.search
 from dashboards import report, search_wandb
 from sweep import cluster, grid, packing, preflight, space
-from sweep.out_dir import OutDir
 from sweep.search import studies
 from sweep.search.config import load_search
+from sweep.storage.out_dir import OutDir
 from tests.conftest import CONFIGS
 from trainables import config
 from trainables.io import write_json

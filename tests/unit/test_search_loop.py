@@ -12,7 +12,7 @@ from sweep import space, tuner
 from sweep.search import bisection, loop, owners, tables
 from sweep.search import studies as search_studies
 from sweep.search.config import STREAK, SuccessConfig, load_search
-from sweep.out_dir import OutDir
+from sweep.storage.out_dir import OutDir
 from tests.conftest import CONFIGS
 from tests.unit.conftest import WIDTH_NEEDED, fake_executor
 from trainables import config

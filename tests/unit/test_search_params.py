@@ -6,9 +6,9 @@ import optuna
 import pytest
 import yaml
 
-from sweep.out_dir import OutDir
 from sweep.search import loop, tables
 from sweep.search import studies as search_studies
+from sweep.storage.out_dir import OutDir
 from sweep.search.config import load_search
 from sweep.space import point_id
 from tests.conftest import CONFIGS

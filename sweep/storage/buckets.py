@@ -4,7 +4,7 @@
 AWS_ENDPOINT_URL) makes the bucket the sweep's home. Nobody writes into it in place: every process works in a local
 directory and a Mirror copies between the two. A trial pulls its members' earlier files before it trains (a retry
 on another node continues their metrics.jsonl and W&B run) and pushes them after every checkpoint and as each member
-finishes, result.json last (trainables/copies.py, where each member's checkpoint is its own state.pt); the driver
+finishes, result.json last (copies.py, where each member's checkpoint is its own state.pt); the driver
 pulls the trials' files to tell, tabulate and report, and pushes what it writes. Tune keeps its experiment state in
 the bucket itself (storage_filesystem).
 

@@ -1,5 +1,5 @@
 """Where a trial keeps its members' files and checkpoints: in place (a directory every node mounts; Tune holds the
-checkpoints), or in local working copies of their places in a bucket (trainables/store.py).
+checkpoints), or in local working copies of their places in a bucket (buckets.py).
 
 In a bucket, each member's checkpoint is a file of its own, `state.pt` beside its metrics, pushed right after them:
 not a Tune checkpoint, because Tune's experiment state reaches object storage later than the checkpoints it names,
@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 import torch
 from ray import tune
 
-from trainables.store import Bucket, Mirror, is_remote
+from sweep.storage.buckets import Bucket, Mirror, is_remote
 
 STATE_FILE = "state.pt"
 PUSH_ORDER = {STATE_FILE: 1, "result.json": 2}  # a member's other files first, then its state, its result last

@@ -6,7 +6,7 @@ command with the same `--out` resumes it, from any machine that can reach that p
 in a local mirror (HEADSWEEP_CACHE, default ~/.cache/headsweep, then bucket/prefix): it pulls the bucket into it when
 it starts, so a driver in another working directory or on another machine resumes from the bucket alone; pulls the
 trials' files before it tells or tabulates; and pushes what it writes itself (config.yaml, the plan, the tables,
-report.html). The trials, on whichever node, push their own files and checkpoints (trainables/copies.py), and Tune
+report.html). The trials, on whichever node, push their own files and checkpoints (copies.py), and Tune
 keeps its experiment state in the bucket.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 import pyarrow.fs as pafs
 
 from sweep.space import point_id, trial_dir
-from trainables import store
-from trainables.copies import STATE_FILE
+from sweep.storage import buckets
+from sweep.storage.copies import STATE_FILE
 
 CACHE_VAR = "HEADSWEEP_CACHE"
 TRIALS = "trials"
@@ -42,27 +42,27 @@ def _trials_files(path: PurePosixPath) -> bool:
 class OutDir:
     """local: the directory the driver reads and writes; mirror: its bucket, or None when `local` is the out itself."""
     local: Path
-    mirror: store.Mirror | None = None
+    mirror: buckets.Mirror | None = None
     pulled_at: float = 0.0
 
     @classmethod
     def open(cls, out: str | os.PathLike) -> "OutDir":
         """--out as given; for a bucket, checked (ConfigError("--out"): missing bucket, wrong credentials, silent
         endpoint; nothing written anywhere) and pulled into its mirror."""
-        if not store.is_remote(out):
+        if not buckets.is_remote(out):
             return cls(Path(out))
-        bucket = store.Bucket.parse(str(out))
-        store.check(bucket)
+        bucket = buckets.Bucket.parse(str(out))
+        buckets.check(bucket)
         cache = Path(os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "headsweep").expanduser().resolve()
         local = cache / bucket.name / bucket.prefix
-        opened = cls(local, store.Mirror(bucket, local))
+        opened = cls(local, buckets.Mirror(bucket, local))
         opened.mirror.pull(skip=_not_mirrored, prune=True)
         return opened
 
     def __str__(self) -> str:
         """--out as people read it: the directory, or s3://bucket/prefix (without the endpoint)."""
         if self.mirror:
-            return f"{store.SCHEME}://{self.mirror.bucket.name}/{self.mirror.bucket.prefix}"
+            return f"{buckets.SCHEME}://{self.mirror.bucket.name}/{self.mirror.bucket.prefix}"
         return str(self.local)
 
     def member_dir(self, point: dict) -> str:

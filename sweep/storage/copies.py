@@ -7,17 +7,13 @@ and a driver killed in between left a resumed grid asking for a checkpoint Tune 
 `checkpoint_config.num_to_keep=1`). A member's own files are pushed in order, so its state.pt is never ahead of the
 metrics.jsonl it continues.
 
-Scratch directories (working copies, checkpoints on their way to Tune) are named for their process and host,
-`headsweep-<pid>-<host tag>-...` in the temp dir: a trial killed by SIGKILL (or the OOM killer) never removes its own,
-so the next trial to open its members on that host removes those of processes that are gone.
+Working copies and checkpoints on their way to Tune are private directories of the trial's process in the temp dir
+(scratch.py): a trial killed by SIGKILL (or the OOM killer) never removes its own, so the next trial to open its
+members on that host removes those of processes that are gone.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import re
 import shutil
-import socket
 import tempfile
 from contextlib import nullcontext, suppress
 from pathlib import Path, PurePosixPath
@@ -25,14 +21,11 @@ from pathlib import Path, PurePosixPath
 import torch
 from ray import tune
 
+from sweep.storage import scratch
 from sweep.storage.buckets import Bucket, Mirror, is_remote
 
 STATE_FILE = "state.pt"
 PUSH_ORDER = {STATE_FILE: 1, "result.json": 2}  # a member's other files first, then its state, its result last
-SCRATCH = "headsweep"  # the name of every scratch directory starts with this, then its pid and host (scratch_prefix)
-# The host too: containers may share a temp dir without seeing each other's pids, and a pid this one cannot see must
-# not read as a process that is gone. A hash: fixed width, so no host's name is a prefix of another's.
-HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 
 
 class InPlace:
@@ -40,7 +33,7 @@ class InPlace:
 
     def __init__(self, members: list[dict]):
         self.members = members
-        remove_leftovers()
+        scratch.remove_leftovers()
 
     def saved(self) -> dict[int, dict]:
         """member index -> its training state in the trial's latest checkpoint ({} without one)."""
@@ -57,7 +50,7 @@ class InPlace:
         states = {index: state for index, state in states.items() if not state.get("final")}
         if not states:
             return
-        with tempfile.TemporaryDirectory(prefix=scratch_prefix("ckpt-")) as directory:
+        with tempfile.TemporaryDirectory(prefix=scratch.prefix("ckpt-")) as directory:
             torch.save({"members": states}, Path(directory) / STATE_FILE)
             step = max(state["step"] for state in states.values())
             # Ray copies the directory before report returns
@@ -75,7 +68,7 @@ class WorkingCopies(InPlace):
     earlier attempts left: result.json, metrics.jsonl, state.pt, the W&B run) and pushed back as it goes."""
 
     def __init__(self, members: list[dict]):
-        self.mirrors = {index: Mirror(Bucket.parse(member["dir"], "dir"), scratch_dir())
+        self.mirrors = {index: Mirror(Bucket.parse(member["dir"], "dir"), scratch.new_dir())
                         for index, member in enumerate(members)}
         try:
             for mirror in self.mirrors.values():
@@ -118,36 +111,6 @@ class WorkingCopies(InPlace):
 def open_members(members: list[dict]) -> InPlace:
     """WorkingCopies for members in a bucket, else InPlace (one sweep's members are all one or the other)."""
     return WorkingCopies(members) if members and is_remote(members[0]["dir"]) else InPlace(members)
-
-
-def scratch_prefix(kind: str = "") -> str:
-    """The name prefix of this process's scratch directories: headsweep-<pid>-<host tag>-<kind>."""
-    return f"{SCRATCH}-{os.getpid()}-{HOST_TAG}-{kind}"
-
-
-def scratch_dir() -> Path:
-    """A new scratch directory of this process in the temp dir (a member's working copy)."""
-    return Path(tempfile.mkdtemp(prefix=scratch_prefix()))
-
-
-def remove_leftovers() -> None:
-    """Remove the scratch directories of this host's processes that are gone. A live process's are never removed; one
-    whose pid a new process has taken since stays until that one ends too (a leak, never a loss)."""
-    owned = re.compile(rf"{SCRATCH}-(\d+)-{HOST_TAG}-")
-    for path in Path(tempfile.gettempdir()).iterdir():
-        match = owned.match(path.name)
-        if match and not _alive(int(match[1])):
-            shutil.rmtree(path, ignore_errors=True)  # another process may be removing it too; a symlink is refused
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: sends nothing, only checks that the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True
 
 
 def load_state(path: Path) -> dict[int, dict]:

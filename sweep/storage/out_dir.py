@@ -3,11 +3,11 @@ S3-compatible bucket (`--out s3://bucket/prefix`, for clusters that share no fil
 
 One flag for both, because `--out` already names the one place a sweep lives and resumes from: re-running the
 command with the same `--out` resumes it, from any machine that can reach that place. For a bucket the driver works
-in a local mirror (HEADSWEEP_CACHE, default ~/.cache/headsweep, then bucket/prefix): it pulls the bucket into it when
-it starts, so a driver in another working directory or on another machine resumes from the bucket alone; pulls the
-trials' files before it tells or tabulates; and pushes what it writes itself (config.yaml, the plan, the tables,
-report.html). The trials, on whichever node, push their own files and checkpoints (copies.py), and Tune
-keeps its experiment state in the bucket.
+in a local mirror of its own (a private directory, scratch.py, under HEADSWEEP_CACHE, default ~/.cache/headsweep,
+then bucket/prefix): it pulls the bucket into it when it starts, so a driver in another working directory or on
+another machine resumes from the bucket alone; pulls the trials' files before it tells or tabulates; and pushes what
+it writes itself (config.yaml, the plan, the tables, report.html). The trials, on whichever node, push their own
+files and checkpoints (copies.py), and Tune keeps its experiment state in the bucket.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow.fs as pafs
 
 from sweep.space import point_id, trial_dir
-from sweep.storage import buckets
+from sweep.storage import buckets, scratch
 from sweep.storage.copies import STATE_FILE
 
 CACHE_VAR = "HEADSWEEP_CACHE"
@@ -38,6 +38,18 @@ def _trials_files(path: PurePosixPath) -> bool:
     return path.parts[0] == TRIALS
 
 
+def _local_copy(bucket: buckets.Bucket) -> Path:
+    """This driver's own copy of the bucket's place: the one a driver that is gone left here (what is still current
+    in it is not pulled again), else a new one. Never shared: two drivers of one place on one machine (a search's)
+    would each drop from it, at start-up, what the other had written and not pushed yet."""
+    cache = Path(os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "headsweep").expanduser().resolve()
+    copies = cache / bucket.name / bucket.prefix
+    copies.mkdir(parents=True, exist_ok=True)
+    local = scratch.take_over(copies) or scratch.new_dir(copies)
+    scratch.remove_leftovers(copies)  # more than one was left when drivers ran side by side
+    return local
+
+
 @dataclass
 class OutDir:
     """local: the directory the driver reads and writes; mirror: its bucket, or None when `local` is the out itself."""
@@ -53,10 +65,9 @@ class OutDir:
             return cls(Path(out))
         bucket = buckets.Bucket.parse(str(out))
         buckets.check(bucket)
-        cache = Path(os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "headsweep").expanduser().resolve()
-        local = cache / bucket.name / bucket.prefix
+        local = _local_copy(bucket)
         opened = cls(local, buckets.Mirror(bucket, local))
-        opened.mirror.pull(skip=_not_mirrored, prune=True)
+        opened.mirror.pull(skip=_not_mirrored, prune=True)  # this driver's copy only: the bucket is the truth
         return opened
 
     def __str__(self) -> str:

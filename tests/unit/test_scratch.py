@@ -1,15 +1,16 @@
-"""Scratch directories of trials killed by SIGKILL: the next trial on the host removes them, never a live process's."""
+"""Private directories of processes killed by SIGKILL (sweep/storage/scratch.py): the next trial on the host removes
+them, never a live process's or another host's."""
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 
-from sweep.storage import copies
+from sweep.storage import copies, scratch
 
 CHILD = """
-from sweep.storage.copies import scratch_dir
-print(scratch_dir(), flush=True)
+from sweep.storage.scratch import new_dir
+print(new_dir(), flush=True)
 import time
 time.sleep(120)  # until killed
 """
@@ -24,10 +25,10 @@ def test_scratch_dirs_of_a_killed_process_are_removed_those_of_live_ones_kept(tm
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()  # reaped: a zombie still counts as alive
-    mine = copies.scratch_dir()
-    other_host = tmp_path / f"{copies.SCRATCH}-{child.pid}-0123abcd-x"  # a pid this host cannot see
+    mine = scratch.new_dir()
+    other_host = tmp_path / f"{scratch.SCRATCH}-{child.pid}-0123abcd-x"  # a pid this host cannot see
     other_host.mkdir()
-    assert dead.is_dir() and dead.name.startswith(f"{copies.SCRATCH}-{child.pid}-{copies.HOST_TAG}-")
+    assert dead.is_dir() and dead.name.startswith(f"{scratch.SCRATCH}-{child.pid}-{scratch.HOST_TAG}-")
 
     copies.WorkingCopies([])  # what a trial opening its members does first
-    assert not dead.exists() and mine.is_dir() and other_host.is_dir()
+    assert sorted(tmp_path.iterdir()) == sorted([mine, other_host])

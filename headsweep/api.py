@@ -159,7 +159,7 @@ def load(out: str | os.PathLike, *, storage: str | None = None) -> TrainResult |
         >>> found = hs.load("runs/quickstart")
         >>> found.table, found.history(found.trials.iloc[0])
     """
-    from sweep.out_dir import OutDir
+    from sweep.storage.out_dir import OutDir
 
     return read(OutDir.open(out).local, storage)
 

@@ -12,7 +12,7 @@ import dataclasses
 import pandas as pd
 
 from dashboards import report, search_wandb
-from sweep import cluster, preflight, tuner
+from sweep import cluster, preflight
 from sweep.search import loop, studies, tables
 from sweep.search.config import RENAMED_SAMPLERS, SearchConfig
 from sweep.storage import buckets

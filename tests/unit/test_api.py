@@ -1,7 +1,7 @@
 """`import headsweep as hs` (issue [api]): each public name's contract, in process. hs.train trains for real (a few
 dozen steps); hs.grid and hs.search run on the unit tier's fake executor (no Ray: tests/unit/conftest.py), through
 the same functions the CLI calls, so a directory the CLI wrote and one Python wrote read the same. hs.register's
-shipping to real Ray workers: tests/integration/test_api.py."""
+shipping to real Ray workers: tests/integration/test_api_on_ray.py."""
 import pickle
 import subprocess
 import sys

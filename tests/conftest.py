@@ -7,6 +7,11 @@ from pathlib import Path
 import pytest
 
 os.environ["WANDB_MODE"] = "offline"  # a developer logged in to W&B must not send test runs online
+# How a driver in this process reaches the test Ray heads (token auth, loopback only), set before anything imports
+# ray: Ray reads both when it is imported, so a test that joins a head in process (tests/integration/test_api_on_ray.py)
+# after another test imported ray would otherwise connect without its token and wait for the head forever.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from trainables import config
 from tests.postgres_server import postgres  # noqa: F401,E402 (one PostgreSQL per run, for every tier)

@@ -6,9 +6,12 @@ Members trained (of the total, for a grid, which then adds an ETA), packs (Ray T
 good, members trained per minute since this run started (always that one unit), and the sweep's summary: a search's
 round and settled slices, a grid's count of members that generalize OOD. The README's glossary, "The main job", explains each.
 
-On a terminal the line is rewritten in place; elsewhere (CI logs, `ray job logs`) a line is printed when the counts
-change (at most every LOG_INTERVAL_S seconds), at least every QUIET_LOG_S seconds, and when the sweep ends. Members are counted from their result.json files under out/trials,
-so packs, resumed sweeps and crashed workers all count what is really finished.
+On a terminal the line is rewritten in place. In a Jupyter notebook (hs.grid, hs.search in a cell) it is tqdm's
+notebook progress bar with the same line beside it; without ipywidgets, which that bar is drawn with, the line is
+rewritten in place in the cell (Jupyter renders a carriage return as a terminal does). Elsewhere (CI logs,
+`ray job logs`) a line is printed when the counts change (at most every LOG_INTERVAL_S seconds), at least every
+QUIET_LOG_S seconds, and when the sweep ends. Members are counted from their result.json files under out/trials, so
+packs, resumed sweeps and crashed workers all count what is really finished.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from typing import Callable
 
 from ray.tune import ProgressReporter
 
-TTY_INTERVAL_S = 0.5  # refresh of the in-place line on a terminal
+TTY_INTERVAL_S = 0.5  # refresh of the in-place line on a terminal, and of a notebook's bar
 LOG_INTERVAL_S = 10.0  # in a log file, at most one line this often
 QUIET_LOG_S = 120.0  # and at least one this often, counts changed or not
 
@@ -40,16 +43,18 @@ class ProgressView(ProgressReporter):
         self.started, self.checked, self.printed = time.monotonic(), 0.0, 0.0
         self.done_at_start = self.count_done()
         self.counts = None  # (members trained, packs running, packs failed) of the last line printed
+        self.bar = None  # in a notebook: tqdm's bar, shown at the first report
 
     def __getstate__(self) -> dict:
-        """Tune pickles its run config (tuner.pkl); summary and refresh are closures over live objects and stay behind."""
-        return vars(self) | {"summary": _nothing, "refresh": _none}
+        """Tune pickles its run config (tuner.pkl); summary and refresh are closures over live objects, and a notebook's
+        bar a widget: they stay behind."""
+        return vars(self) | {"summary": _nothing, "refresh": _none, "bar": None}
 
     def count_done(self) -> int:
         return sum(1 for _ in self.members_dir.glob("*/result.json")) if self.members_dir.exists() else 0
 
     def should_report(self, trials, done: bool = False) -> bool:
-        interval = TTY_INTERVAL_S if sys.stdout.isatty() else LOG_INTERVAL_S
+        interval = LOG_INTERVAL_S if display_kind() == "log" else TTY_INTERVAL_S
         return done or time.monotonic() - self.checked >= interval
 
     def report(self, trials, done: bool, *sys_info: str) -> None:
@@ -58,13 +63,30 @@ class ProgressView(ProgressReporter):
         statuses = [pack.status for pack in trials]
         counts = (self.count_done(), statuses.count("RUNNING"), statuses.count("ERROR"))
         self.checked = time.monotonic()
-        tty, quiet = sys.stdout.isatty(), self.checked - self.printed >= QUIET_LOG_S
-        if not (tty or done or quiet or counts != self.counts):
+        kind, quiet = display_kind(), self.checked - self.printed >= QUIET_LOG_S
+        if not (kind != "log" or done or quiet or counts != self.counts):
             return
         self.printed, self.counts = self.checked, counts
         line = self.line(statuses)
-        sys.stdout.write("\r\x1b[2K" + line + ("\n" if done else "") if tty else line + "\n")
+        if kind == "notebook":
+            self.show_bar(counts[0], line, done)
+            return
+        ends = "\n" if done or kind == "log" else ""
+        sys.stdout.write({"tty": "\r\x1b[2K", "cell": "\r", "log": ""}[kind] + line + ends)
         sys.stdout.flush()
+
+    def show_bar(self, trained: int, line: str, done: bool) -> None:
+        """tqdm's notebook bar: members trained of the total (a search, with no total, shows an 'info' bar), the line
+        beside it. Closed when the sweep ends: green, or red where members of a grid did not finish."""
+        if self.bar is None:
+            from tqdm.notebook import tqdm
+
+            self.bar = tqdm(total=self.total, bar_format="{bar} {desc}", leave=True)
+        self.bar.n = trained
+        self.bar.set_description_str(line)  # (and redraws)
+        if done:
+            self.bar.close()
+            self.bar = None
 
     def line(self, statuses: list[str]) -> str:
         """The view's text, from the packs' (Tune trials') statuses and the members' result files."""
@@ -78,6 +100,34 @@ class ProgressView(ProgressReporter):
             parts.append(f"ETA {_clock((self.total - done) / rate)}")
         parts.append(self.summary())
         return "  ".join(p for p in parts if p)
+
+
+def display_kind() -> str:
+    """How the view shows itself in this process: "tty" (a terminal: the line rewritten in place), "notebook" (a
+    Jupyter kernel with ipywidgets: tqdm's notebook bar), "cell" (a Jupyter kernel without it: the line rewritten in
+    place with a carriage return, which Jupyter renders as a terminal does), or "log" (anything else: a line at a
+    time)."""
+    if in_jupyter():
+        return "notebook" if _has_widgets() else "cell"
+    return "tty" if sys.stdout.isatty() else "log"
+
+
+def in_jupyter() -> bool:
+    """Whether this process is a Jupyter kernel (Jupyter notebook or lab, VS Code, Colab), whose stdout is a cell's
+    output; an IPython terminal is not. Imports nothing: a kernel has loaded both modules already."""
+    ipython, zmqshell = sys.modules.get("IPython"), sys.modules.get("ipykernel.zmqshell")
+    if ipython is None or zmqshell is None:
+        return False
+    return isinstance(ipython.get_ipython(), zmqshell.ZMQInteractiveShell)
+
+
+def _has_widgets() -> bool:
+    """Whether tqdm can draw its notebook bar: it needs ipywidgets (`pip install headsweep[notebook]`)."""
+    try:
+        from tqdm.notebook import IProgress
+    except ImportError:
+        return False
+    return IProgress is not None
 
 
 def _per_minute(rate_per_s: float) -> str:

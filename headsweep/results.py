@@ -2,12 +2,14 @@
 
 Every result is read from the files a verb writes (DESIGN's output-dir contract), never from the objects that wrote
 them, so a directory written by the CLI and one written from Python read the same, and `load(out)` gives what the
-verb returned. `repr` shows the table the CLI prints; in Jupyter, `_repr_html_` shows it as HTML.
+verb returned. `repr` shows the table the CLI prints; in Jupyter, `_repr_html_` shows it as HTML, and a figure a cell
+returns is drawn.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -136,7 +138,7 @@ class GridResult(_Members):
         """The phase diagram of report.html and phase_diagram.png (the sweep's phase_diagram section) as a matplotlib
         Figure; None where it cannot be drawn (fewer than two axes, nothing finished)."""
         finished = self.df[self.df["status"].isin(FINISHED)] if "status" in self.df else self.df
-        return report.draw_phase_diagram(finished, self.config, view_of(task_of(self.config)))[0]
+        return _drawn_in_ipython(report.draw_phase_diagram(finished, self.config, view_of(task_of(self.config)))[0])
 
     def _table(self) -> pd.DataFrame:
         """The table `headsweep grid` prints: swept keys (short), the headline metrics, status."""
@@ -195,7 +197,7 @@ class SearchResult(_Members):
         for a search without them (a distribution search, nothing trained yet)."""
         if self.curve.empty or "diversity_star" not in self.table:
             return None
-        return report.draw_success_curves(self.curve, self.table, self.config)
+        return _drawn_in_ipython(report.draw_success_curves(self.curve, self.table, self.config))
 
     def _table(self) -> pd.DataFrame:
         """The table `headsweep search` prints."""
@@ -210,6 +212,31 @@ class SearchResult(_Members):
         except ConfigError:
             axis = ""
         return for_terminal(self.table, [a["key"] for a in self.search.get("slices", [])], axis)
+
+
+def _drawn_in_ipython(figure: Figure | None) -> Figure | None:
+    """The figure, after making sure that IPython (a Jupyter cell) draws a Figure a cell returns. IPython does that only
+    once matplotlib's inline support is on (pyplot imported in the kernel, or `%matplotlib inline`); our figures are
+    made without pyplot, so a returned one would show as `<Figure size ...>`. Where no format is chosen for Figure
+    yet, PNG is, as the inline backend chooses; a format the user chose is kept. Outside IPython: nothing."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if figure is not None and ipython is not None else None
+    if shell is None:
+        return figure
+    formatters = shell.display_formatter.formatters
+    if not any(_prints(formatter, Figure) for formatter in formatters.values()):
+        from IPython.core.pylabtools import print_figure
+
+        formatters["image/png"].for_type(Figure, partial(print_figure, fmt="png", base64=True))
+    return figure
+
+
+def _prints(formatter, kind: type) -> bool:
+    try:
+        formatter.lookup_by_type(kind)
+    except KeyError:
+        return False
+    return True
 
 
 def _csv(path: Path) -> pd.DataFrame:

@@ -5,6 +5,7 @@ shipping to real Ray workers: tests/integration/test_api_on_ray.py."""
 import pickle
 import subprocess
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -301,6 +302,28 @@ def test_an_interrupted_search_writes_its_tables_raises_and_resumes_when_called_
 def test_load_refuses_a_directory_without_headsweep_output(tmp_path):
     with pytest.raises(hs.ConfigError, match="holds no headsweep output"):
         hs.load(tmp_path)
+
+
+# --- in Jupyter -------------------------------------------------------------------------------------------------------
+
+def test_a_figure_a_cell_returns_is_drawn_as_png_unless_the_user_chose_a_format(monkeypatch):
+    """Our figures are made without pyplot, which is what turns IPython's drawing of a returned Figure on. A fake
+    kernel with IPython's real formatters; tests/e2e/test_notebook.py runs a real one."""
+    formatters = pytest.importorskip("IPython.core.formatters")
+    from headsweep import results
+
+    for chosen in (None, "image/svg+xml"):
+        shell = types.SimpleNamespace(display_formatter=formatters.DisplayFormatter())
+        monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+        if chosen:
+            shell.display_formatter.formatters[chosen].for_type(Figure, lambda figure: "<svg/>")
+        figure = Figure()
+        figure.add_subplot().plot([0, 1], [1, 0])
+        assert results._drawn_in_ipython(figure) is figure
+        shown, _ = shell.display_formatter.format(figure)
+        assert ("image/png" in shown) == (chosen is None) and (chosen is None or shown[chosen] == "<svg/>")
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))  # a plain python
+    assert results._drawn_in_ipython(figure) is figure
 
 
 # --- hs.register ------------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import copy
 import os
 import tempfile
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from trainables import plugins
 from trainables.errors import ConfigError
 
 SECTIONS = ("sweep", "search")  # what a config may hold beside one trial's keys: a grid's, a search's
+TRIAL_ERRORS_VAR = "TUNE_PRINT_ALL_TRIAL_ERRORS"  # "0": Tune logs no traceback when a trial fails (_quiet_failures)
 
 
 @dataclass(frozen=True, repr=False)
@@ -124,7 +126,8 @@ def grid(cfg: Experiment | str | os.PathLike | Mapping, out: str | os.PathLike, 
     cfg = _loaded(cfg)
     if cfg.sweep is None:  # no sweep section: refused as the CLI refuses it
         space.load_sweep(cfg.source, list(cfg.overrides))
-    place, _ = grid_verb.run(cfg.base, cfg.sweep, cfg.points, str(out), address)
+    with _quiet_failures():
+        place, _ = grid_verb.run(cfg.base, cfg.sweep, cfg.points, str(out), address)
     return read(place.local)
 
 
@@ -147,7 +150,8 @@ def search(cfg: Experiment | str | os.PathLike | Mapping, out: str | os.PathLike
     cfg = _loaded(cfg)
     if cfg.search is None:
         load_search(cfg.source, list(cfg.overrides))
-    place, _ = search_verb.run(cfg.base, cfg.search, str(out), study, storage, extend, address)
+    with _quiet_failures():
+        place, _ = search_verb.run(cfg.base, cfg.search, str(out), study, storage, extend, address)
     return read(place.local, storage)
 
 
@@ -176,6 +180,21 @@ def register(obj):
         >>> hs.train(hs.config({"task": {"name": "repeat"}}))
     """
     return plugins.register(obj)
+
+
+@contextmanager
+def _quiet_failures():
+    """Tune logs every failed try of a trial with its traceback, dozens of lines each (a red wall in a notebook cell);
+    from Python a failed member is a row of `.failed` with its error, and the traceback is kept in its Tune trial's
+    error.txt under out/ray/. The CLI keeps Tune's lines (a job's log). A value the user set is kept."""
+    if TRIAL_ERRORS_VAR in os.environ:
+        yield
+        return
+    os.environ[TRIAL_ERRORS_VAR] = "0"  # read by each Tune run as it starts
+    try:
+        yield
+    finally:
+        os.environ.pop(TRIAL_ERRORS_VAR, None)
 
 
 def _loaded(cfg) -> Experiment:

@@ -2,6 +2,7 @@
 dozen steps); hs.grid and hs.search run on the unit tier's fake executor (no Ray: tests/unit/conftest.py), through
 the same functions the CLI calls, so a directory the CLI wrote and one Python wrote read the same. hs.register's
 shipping to real Ray workers: tests/integration/test_api_on_ray.py."""
+import os
 import pickle
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import trainables.models
 import trainables.streams
 import trainables.tasks
 from dashboards import search_wandb
+from headsweep import api
 from sweep import cli, cluster, packing, preflight, shipping, tuner
 from tests.conftest import CONFIGS
 from tests.plugins.repeat import Repeat, RepeatConfig
@@ -222,6 +224,25 @@ def test_the_cli_grid_prints_what_it_printed_and_its_dir_reads_as_pythons(tmp_pa
     by_cli = hs.load(tmp_path / "cli")
     assert by_cli.df.drop(columns="seconds").equals(found.df.drop(columns="seconds"))
     assert (tmp_path / "cli" / "config.yaml").read_text() == (tmp_path / "py" / "config.yaml").read_text()
+
+
+def test_from_python_tune_logs_no_traceback_for_a_failed_member_and_a_users_setting_is_kept(tmp_path, fake_grid,
+                                                                                          monkeypatch):
+    """A failed member is a row of .failed with its error; Tune's traceback of each try would be a wall in a cell."""
+    seen, fake_run = [], tuner.run
+
+    def run(*args, **kwargs):
+        seen.append(os.environ.get(api.TRIAL_ERRORS_VAR))  # what Tune reads as its run starts
+        return fake_run(*args, **kwargs)
+
+    monkeypatch.setattr(tuner, "run", run)
+    monkeypatch.delenv(api.TRIAL_ERRORS_VAR, raising=False)
+    found = hs.grid(hs.config(CONFIGS / "debug_grid.yaml"), out=tmp_path / "grid")
+    assert seen == ["0"] and api.TRIAL_ERRORS_VAR not in os.environ  # put back after the call
+    assert found.failed["error"].tolist() == ["RuntimeError: boom"]
+    monkeypatch.setenv(api.TRIAL_ERRORS_VAR, "1")
+    hs.grid(hs.config(CONFIGS / "debug_grid.yaml"), out=tmp_path / "again")
+    assert seen == ["0", "1"]
 
 
 def test_an_interrupted_grid_writes_what_finished_raises_and_resumes_when_called_again(tmp_path, fake_grid,

@@ -122,7 +122,7 @@ def in_jupyter() -> bool:
 
 
 def _has_widgets() -> bool:
-    """Whether tqdm can draw its notebook bar: it needs ipywidgets (`pip install headsweep[notebook]`)."""
+    """Whether tqdm can draw its notebook bar: it needs ipywidgets (the notebook extra)."""
     try:
         from tqdm.notebook import IProgress
     except ImportError:

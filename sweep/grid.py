@@ -67,7 +67,7 @@ FAILED = ("error", "unfinished")
 def write_results(out: OutDir, points: list[dict], errors: dict[str, str]) -> pd.DataFrame:
     """results.csv and the report, from the members' files (pulled first from a bucket, and pushed back); the
     results' frame."""
-    out.pull_trials()
+    out.pull_members()
     frame = collect(packing.members(points, OutDir(out.local)), errors)
     atomic_write(out.local / "results.csv", frame.to_csv(index=False))
     report.build(out.local)

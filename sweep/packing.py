@@ -92,7 +92,7 @@ def check_memory(members: int, peaks: dict[str, int], cfg: config.Config, room: 
                                         f"GiB for them; set it to at most {max(1, int(room // max(peak, 1)))}")
 
 
-def members_per_trial(section, n_members: int, slots: int, group_size: int = 1) -> int:
+def members_per_pack(section, n_members: int, slots: int, group_size: int = 1) -> int:
     """The section's `pack`, or for 0 (auto) as many members per pack as spread them over about TRIALS_PER_SLOT
     packs per slot (`slots`: Tune trials the cluster runs at once, cluster.slots): fewer Tune trials cost less
     overhead, and not fewer than that keeps every slot busy to the end and a crash costly to no one; rounded up to

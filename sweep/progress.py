@@ -30,7 +30,7 @@ QUIET_LOG_S = 120.0  # and at least one this often, counts changed or not
 class ProgressView(ProgressReporter):
     """title: the sweep's name; total: members to train (None for a search, which decides as it goes);
     summary: what the sweep has found so far, one short phrase; refresh: brings out/trials up to date before they are
-    counted (a bucket's mirror: storage.out_dir.OutDir.pull_trials)."""
+    counted (a bucket's mirror: storage.out_dir.OutDir.pull_members)."""
 
     def __init__(self, title: str, out: Path, total: int | None, summary: Callable[[], str] = lambda: "",
                  refresh: Callable[[], None] = lambda: None):

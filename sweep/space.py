@@ -50,10 +50,10 @@ class PhaseDiagramConfig:
 
 @dataclass
 class RunConfig:
-    """How the trials run, the same keys in a grid's section (`sweep:`) and a search's (`search:`)."""
+    """How the members train and their packs run, the same keys in a grid's section (`sweep:`) and a search's (`search:`)."""
 
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    pack: int = 0  # members (points of one shape) per Tune trial, trained as one; 0 = auto (packing.members_per_trial)
+    pack: int = 0  # members per pack (one Tune trial, trained as one); 0 = auto (packing.members_per_pack)
     max_concurrent: int = 0  # trials running at once; 0 lets the cluster's free resources decide
     max_failures: int = 2  # retries of a crashed trial, each from its last checkpoint
     stop: StopConfig = field(default_factory=StopConfig)  # streak > 0: a member stops once it has succeeded

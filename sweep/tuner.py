@@ -37,7 +37,7 @@ def grid_plan(base: config.Config, section, points: list[dict], out: OutDir, job
     if tune.Tuner.can_restore(_experiment(out), storage_filesystem=out.filesystem) and plan_file.exists():
         return read_json(plan_file)
     everyone = packing.members(points, out, job_type, verdict)
-    pack = packing.members_per_trial(section, len(everyone), cluster.slots(section.resources, section.max_concurrent))
+    pack = packing.members_per_pack(section, len(everyone), cluster.slots(section.resources, section.max_concurrent))
     return packing.plan(_base_dict(base, section), everyone, pack, section.resources.gpu, cluster.largest_memory())
 
 
@@ -57,7 +57,7 @@ def run(base: config.Config, section, trials: dict[str, list[dict]], out: OutDir
     trainable = _trainable(base_dict, section, trials)
     param_space = {"trial": tune.grid_search(list(trials))}
     view = ProgressView(base.name, out.local, sum(map(len, trials.values())), summary,
-                        refresh=lambda: out.pull_trials(PULL_EVERY_S))
+                        refresh=lambda: out.pull_members(PULL_EVERY_S))
     if restoring:
         # Finished trials are kept; unfinished and errored ones continue from their last checkpoint. The param
         # space is given again: a driver killed before Tune generated every trial left variants still to generate.
@@ -84,7 +84,7 @@ def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: 
     def pack(points: list[dict]) -> dict[str, list[dict]]:  # asked each round: nodes may have joined or left
         slots = cluster.slots(section.resources, section.max_concurrent)
         return packing.plan(base_dict, packing.members(points, out, job_type, verdict),
-                            packing.members_per_trial(section, len(points), slots, group_size),
+                            packing.members_per_pack(section, len(points), slots, group_size),
                             section.resources.gpu, cluster.largest_memory(), "search.pack")
 
     name = f"search-{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-{os.getpid()}"

@@ -13,8 +13,15 @@ os.environ["WANDB_MODE"] = "offline"  # a developer logged in to W&B must not se
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from trainables import config
+import torch  # noqa: E402
+
 from tests.postgres_server import postgres  # noqa: F401,E402 (one PostgreSQL per run, for every tier)
+from trainables import config  # noqa: E402
+
+# Test files run side by side (make test: pytest-xdist), each worker one process: one torch thread each, or two workers'
+# thread pools fight over the 2 cores (a unit test of the transformer took 20 s beside another instead of 1 s).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

@@ -86,7 +86,7 @@ def _as_written_before(base, search) -> list[str]:
 def _write_tables_and_report(out: OutDir, base, search, opened: dict, all_slices: list):
     """trials.csv and min_diversity.csv (or best.csv), then the report, from the members' files (pulled first from a
     bucket, and pushed back); the per-slice table."""
-    out.pull_trials()
+    out.pull_members()
     table = tables.write(out.local, base, search, opened, all_slices)
     report.build(out.local)
     if not search.minimize:

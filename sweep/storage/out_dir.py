@@ -95,9 +95,9 @@ class OutDir:
         """Push what the driver wrote, then pull the trials' files (a no-op for a directory)."""
         if self.mirror:
             self.mirror.push(skip=_trials_files)
-            self.pull_trials()
+            self.pull_members()
 
-    def pull_trials(self, every_s: float = 0.0) -> None:
+    def pull_members(self, every_s: float = 0.0) -> None:
         """Pull the trials' files, unless the last pull was less than `every_s` ago."""
         if self.mirror and time.monotonic() - self.pulled_at >= every_s:
             self.mirror.pull(TRIALS, skip=_not_mirrored)

@@ -44,9 +44,9 @@ def test_a_candidates_seeds_share_a_trial_so_that_they_can_stop_each_other():
 def test_auto_packing_rounds_up_to_whole_candidates():
     sweep_section = load_sweep(CONFIGS / "debug_grid.yaml", [])[1]
     assert sweep_section.pack == 0
-    assert packing.members_per_trial(sweep_section, 4, slots=2) == 1  # 4 members over 2 slots x 4 packs: 1 a pack
-    assert packing.members_per_trial(sweep_section, 4, slots=2, group_size=3) == 3
-    assert packing.members_per_trial(sweep_section, 40, slots=2, group_size=2) == 6  # 5, rounded up to whole pairs
+    assert packing.members_per_pack(sweep_section, 4, slots=2) == 1  # 4 members over 2 slots x 4 packs: 1 a pack
+    assert packing.members_per_pack(sweep_section, 4, slots=2, group_size=3) == 3
+    assert packing.members_per_pack(sweep_section, 40, slots=2, group_size=2) == 6  # 5, rounded up to whole pairs
 
 
 @pytest.mark.parametrize("name, vectorized", [("debug.yaml", True), ("debug_grid.yaml", False)])

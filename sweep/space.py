@@ -50,7 +50,8 @@ class PhaseDiagramConfig:
 
 @dataclass
 class RunConfig:
-    """How the members train and their packs run, the same keys in a grid's section (`sweep:`) and a search's (`search:`)."""
+    """How the members train and their packs run: the same keys in a grid's section (`sweep:`) and a search's
+    (`search:`)."""
 
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     pack: int = 0  # members per pack (one Tune trial, trained as one); 0 = auto (packing.members_per_pack)

@@ -90,12 +90,7 @@ class Registry:
         same name again replaces it (a notebook cell run again); a name a built-in or an installed plugin holds is
         refused, as is anything that would not load from a module either. Raises ConfigError keyed by `key`."""
         where = f"{self.kind} {getattr(obj, 'name', None)!r} (registered)"
-        if isinstance(obj, type) and issubclass(obj, self.base):
-            raise ConfigError(self.key, f"{where} is the class {obj.__name__}; register an instance of it "
-                                        f"({obj.__name__}())")
-        if not isinstance(obj, self.base):
-            raise ConfigError(self.key, f"{where} is a {type(obj).__name__}, not a {self.base.__module__}."
-                                        f"{self.base.__name__}")
+        self._require_instance(obj, where, "register an instance of it ({}())")
         problem = self._missing(obj) or (":" in obj.name and "its name must not hold a colon (that is a module path)")
         if problem:
             raise ConfigError(self.key, f"{where}: {problem}")
@@ -125,16 +120,20 @@ class Registry:
             obj = functools.reduce(getattr, attr.split("."), module)
         except AttributeError:
             raise ConfigError(self.key, f"{where}: module {module_name} has no attribute {attr}") from None
-        if isinstance(obj, type) and issubclass(obj, self.base):
-            raise ConfigError(self.key, f"{where} is the class {obj.__name__}; name an instance of it "
-                                        f"({attr.upper()} = {obj.__name__}())")
-        if not isinstance(obj, self.base):
-            raise ConfigError(self.key, f"{where} is a {type(obj).__name__}, not a {self.base.__module__}."
-                                        f"{self.base.__name__}")
+        self._require_instance(obj, where, f"name an instance of it ({attr.upper()} = {{}}())")
         problem = self._missing(obj)
         if problem:
             raise ConfigError(self.key, f"{where}: {problem}")
         return obj
+
+    def _require_instance(self, obj, where: str, how: str) -> None:
+        """ConfigError unless `obj` is an instance of the protocol's class; for the class itself, `how` (its `{}`:
+        the class's name) says how to make one."""
+        if isinstance(obj, type) and issubclass(obj, self.base):
+            raise ConfigError(self.key, f"{where} is the class {obj.__name__}; {how.format(obj.__name__)}")
+        if not isinstance(obj, self.base):
+            raise ConfigError(self.key, f"{where} is a {type(obj).__name__}, not a {self.base.__module__}."
+                                        f"{self.base.__name__}")
 
     def _missing(self, obj) -> str | None:
         """What a plugin lacks of the protocol: its name, its config dataclass, a required method."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import headsweep as hs
 from tests.conftest import CONFIGS
 from tests.e2e.conftest import log_tail, start_head, start_node, stop_head, stop_node
 from tests.s3_server import s3_server
@@ -174,6 +175,15 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
     pd.testing.assert_frame_equal(frame[COMPARED].sort_values("member").reset_index(drop=True),
                                   reference[COMPARED].sort_values("member").reset_index(drop=True))
     assert [*(tmp_path / "cache-b" / s3.bucket / prefix).glob("headsweep-*/report.html")]  # its own local copy
+
+    # From Python the bucket reads back as the grid it holds (headsweep.load pulls it into a local copy of its own).
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in (s3.credentials | {"HEADSWEEP_CACHE": str(tmp_path / "cache-python")}).items():
+            mp.setenv(key, value)
+        loaded = hs.load(uri)
+    assert isinstance(loaded, hs.GridResult) and loaded.failed.empty
+    pd.testing.assert_frame_equal(loaded.df[COMPARED].sort_values("member").reset_index(drop=True),
+                                  frame[COMPARED].sort_values("member").reset_index(drop=True))
 
     # The report rebuilt from the bucket alone, anywhere.
     env = head.client_env(HEADSWEEP_CACHE=str(tmp_path / "cache-c"), **s3.credentials)

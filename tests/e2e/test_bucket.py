@@ -62,12 +62,14 @@ def private_node(head, s3, secret: str | None = None):
     over /tmp (its Ray files, HOME and TMPDIR, where its trials keep their working copies; the test's directories and
     the drivers' local copies are gone from view) and over /dev/shm (Ray's object store), and the checkout (its
     Python) read-only. It shares no writable directory with the head and the drivers; the head's token is copied
-    into its own /tmp, as onto another machine. The checkout is bound from the test's own view of the file system
-    (/proc/PID/root): a checkout under /tmp is hidden by the fresh tmpfs, and its mount point made anew inside it."""
-    outside = f"/proc/{os.getpid()}/root"  # this process stays in the machine's mount namespace
+    into its own /tmp, as onto another machine. The checkout is opened (fd 3) before the tmpfs hides a checkout under
+    /tmp, and bound from that open directory onto a mount point made anew inside the tmpfs (--no-canonicalize: mount
+    would otherwise read the path back from /proc/self/fd/3 and bind the empty mount point onto itself)."""
     private = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
-               'token=$(cat "$RAY_AUTH_TOKEN_PATH") && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm '
-               f'&& mkdir -p "$0" && mount -o bind,ro "{outside}$0" "$0" && for arg; do temp_dir=$arg; done '
+               'token=$(cat "$RAY_AUTH_TOKEN_PATH") && exec 3<"$0" && mount -t tmpfs tmpfs /tmp '
+               '&& mount -t tmpfs tmpfs /dev/shm && mkdir -p "$0" '
+               '&& mount --no-canonicalize -o bind,ro /proc/self/fd/3 "$0" && exec 3<&- '
+               '&& for arg; do temp_dir=$arg; done '
                '&& mkdir -p "$temp_dir" "$HOME" "$TMPDIR" "$(dirname "$RAY_AUTH_TOKEN_PATH")" '
                '&& (umask 077 && printf %s "$token" > "$RAY_AUTH_TOKEN_PATH") && exec "$@"', str(ROOT))
     saved = {k: os.environ.get(k) for k in [*s3.credentials, "TMPDIR", "HOME"]}

@@ -19,7 +19,7 @@ from tests.postgres_server import postgres  # noqa: F401,E402 (one PostgreSQL pe
 from trainables import config  # noqa: E402
 
 # Test files run side by side (make test: pytest-xdist), each worker one process: one torch thread each, or two workers'
-# thread pools fight over the 2 cores (a unit test of the transformer took 20 s beside another instead of 1 s).
+# thread pools fight over the 2 cores (a unit test of the transformer took 20.7 s beside another, 1.5 s alone).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 

@@ -22,10 +22,6 @@ from trainables.errors import ConfigError
 T = TypeVar("T")
 
 LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's node IP is 127.0.0.1 (docs/CLUSTER.md)
-# Set by W&B in a process that has used it (a notebook's kernel, a test process) to share its service with its
-# children. A local Ray's workers must not: a worker killed mid-run leaves its W&B run "in use" in that shared service,
-# and the retried member cannot open it again. Each worker starts a service of its own, as under the CLI.
-WANDB_SERVICE_VAR = "WANDB_SERVICE"
 
 
 def connect(address: str | None) -> None:
@@ -86,19 +82,8 @@ def _start_local() -> None:
     # setting it here would come too late: this process read the mode when it imported ray. Its notice of that ends
     # "set RAY_AUTH_MODE=disabled to opt out", which headsweep refuses: not shown.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    with _loopback_only(), _without(WANDB_SERVICE_VAR):
+    with _loopback_only():
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-
-
-@contextmanager
-def _without(name: str):
-    """`name` out of the environment while Ray starts the processes that inherit it, then back."""
-    saved = os.environ.pop(name, None)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ[name] = saved
 
 
 @contextmanager

@@ -14,6 +14,7 @@ members a quarter of its Tune run. Tune gets one result per trial.
 from __future__ import annotations
 
 import json
+import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Protocol
@@ -50,6 +51,19 @@ class OpenedMembers(Protocol):
 
 MembersOpener = Callable[[list[dict]], OpenedMembers]
 
+# Set by W&B in a process that has used it (a notebook's kernel, a shell's Python that ran `ray start`) to share its
+# service with the process's children, Ray's workers among them. A trial must not share it: a worker killed mid-run
+# leaves its run "in use" there, and the member's retry cannot open it again. What the worker inherited is known at
+# import (before any W&B use in this process); a service this process started later is its own and stays.
+WANDB_SERVICE_VAR = "WANDB_SERVICE"
+INHERITED_WANDB_SERVICE = os.environ.get(WANDB_SERVICE_VAR)
+
+
+def drop_inherited_wandb_service() -> None:
+    """Make this trial's W&B runs start a service of this process (W&B's default without the variable)."""
+    if INHERITED_WANDB_SERVICE is not None and os.environ.get(WANDB_SERVICE_VAR) == INHERITED_WANDB_SERVICE:
+        del os.environ[WANDB_SERVICE_VAR]
+
 
 def run_trial(params: dict, base: dict, plan: dict[str, list[dict]], open_members: MembersOpener,
               stopper_of: Callable[[list[dict]], Stopper] = lambda members: NEVER, plugins: tuple = ()) -> None:
@@ -59,6 +73,7 @@ def run_trial(params: dict, base: dict, plan: dict[str, list[dict]], open_member
     applied to; open_members: the sweep's storage (sweep.storage.copies.open_members); stopper_of: members -> their
     Stopper (the sweep binds its verdict rule's, sweep/verdicts.py), else they train to their end; plugins: the tasks
     and models the driver registered (trainables/plugins.py), shipped by value."""
+    drop_inherited_wandb_service()
     registered_plugins.adopt(plugins)  # before any name is resolved: the names pick them here as in the driver
     files = open_members(params.get("members") or plan[params["trial"]])
     members, failed = files.members, True

@@ -15,17 +15,27 @@ LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 # Starts the local Ray as a verb does, runs one task (so a worker is up too), prints what the test needs, then keeps
 # Ray up until its stdin closes.
 DRIVER = """
-import json, os, sys
+import json, os, sys, tempfile
 import ray
 from sweep import cluster
 cluster.connect(None)
-worker_service = ray.get(ray.remote(lambda: os.environ.get("WANDB_SERVICE")).remote())
-print(json.dumps({"gcs": ray.get_runtime_context().gcs_address, "worker_service": worker_service,
+
+@ray.remote
+def open_a_wandb_run():
+    from trainables import trainable  # what a trial does first (run_trial)
+    trainable.drop_inherited_wandb_service()
+    import wandb
+    wandb.init(mode="offline", dir=tempfile.mkdtemp(), settings=wandb.Settings(silent=True)).finish()
+    return trainable.INHERITED_WANDB_SERVICE
+
+inherited = ray.get(open_a_wandb_run.remote())
+print(json.dumps({"gcs": ray.get_runtime_context().gcs_address, "worker_inherited": inherited,
                   "driver_service": os.environ.get("WANDB_SERVICE")}), flush=True)
 sys.stdin.read()
 """
-# What W&B sets in a process that has used it (a notebook's kernel) to share its service with the process's children.
-WANDB_SERVICE = "wandb-core-1-12345-tcp-localhost-54321"
+# What W&B sets in a process that has used it (a notebook's kernel) to share its service with its children, Ray's
+# workers among them: here a service that has gone (nothing listens on port 9, "discard").
+WANDB_SERVICE = "3-1-tcp-localhost-9"
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +85,9 @@ def test_the_local_gcs_refuses_requests_without_the_token(local_ray):
         assert len(reply.node_info_list) == 1 and reply.node_info_list[0].node_manager_address == "127.0.0.1"
 
 
-def test_the_local_rays_workers_start_a_wandb_service_of_their_own(local_ray):
-    """A driver that used W&B (a notebook's kernel) keeps its service; the workers of the Ray it starts do not inherit
-    it: a worker killed mid-run would leave its run "in use" there, and the retried member could not open it again."""
+def test_a_trial_opens_its_wandb_runs_in_a_service_of_its_own(local_ray):
+    """A driver that used W&B (a notebook's kernel) keeps its service; its Ray's workers inherit it, and a trial drops
+    it before opening a run: a worker killed mid-run would leave its run "in use" in a shared service, and the retried
+    member could not open it again. Here the inherited service is gone, so a run opened there would fail."""
     seen, _, _ = local_ray
-    assert seen["driver_service"] == WANDB_SERVICE and seen["worker_service"] is None
+    assert seen["driver_service"] == WANDB_SERVICE and seen["worker_inherited"] == WANDB_SERVICE

@@ -54,3 +54,17 @@ def test_mid_run_media_leave_the_result_unchanged():
     plain = train(config.load(CONFIGS / "debug.yaml", overrides)).metrics
     with_media = train(config.load(CONFIGS / "debug.yaml", overrides + ["logging.media_every=1"]), Logger(RecordingSink())).metrics
     assert {k: v for k, v in plain.items() if k != "seconds"} == {k: v for k, v in with_media.items() if k != "seconds"}
+
+
+def test_a_trial_drops_the_wandb_service_its_worker_inherited_and_keeps_its_own(monkeypatch):
+    """The inherited one (a notebook kernel's, via `ray start` or a local Ray) is shared by every worker of the node;
+    one this process started after its first run is its own (a reused Ray actor's next member)."""
+    from trainables import trainable
+
+    monkeypatch.setattr(trainable, "INHERITED_WANDB_SERVICE", "3-1-tcp-localhost-9")
+    monkeypatch.setenv("WANDB_SERVICE", "3-1-tcp-localhost-9")
+    trainable.drop_inherited_wandb_service()
+    assert "WANDB_SERVICE" not in trainable.os.environ
+    monkeypatch.setenv("WANDB_SERVICE", "3-4242-tcp-localhost-5151")
+    trainable.drop_inherited_wandb_service()
+    assert trainable.os.environ["WANDB_SERVICE"] == "3-4242-tcp-localhost-5151"

@@ -27,9 +27,10 @@ from trainables.tasks.view import TASK_ATTRIBUTES, Panel, PanelSection, TaskView
 
 PAD_LABEL = -1  # the per-position label of padding, in every task
 # Metric names say what their values can be: accuracies, rates, shares and success flags lie in [0, 1] (the last
-# part of the name is or ends in acc, rate, share or success, or starts with acc), losses in [0, inf).
+# part of the name is or ends in acc, rate, share or success, or starts with acc), losses and mean squared errors
+# in [0, inf).
 _UNIT_INTERVAL = re.compile(r"(^|_)(acc|rate|share|success)$|^acc_")
-_LOSS = re.compile(r"(^|_)loss$")
+_LOSS = re.compile(r"(^|_)(loss|mse)$")
 
 
 def metric_range(name: str) -> tuple[float, float]:
@@ -61,45 +62,69 @@ def margin(value, threshold: float, above: bool) -> float:
 
 @dataclass
 class Batch:
-    """Sequences of one task, right-padded to one width; the loss and accuracy read `targets` where `loss_mask`."""
+    """Sequences of one task, right-padded to one width; the loss and accuracy read `targets` where `loss_mask`.
+
+    A token task's model reads `tokens` and predicts `targets`, token ids, through cross-entropy. A continuous task
+    (Task.input_width) sets `inputs`, which its model reads instead, and real-valued `targets`, scored by mean squared
+    error; its `tokens` then say what each position is (the task's own code, e.g. 0 at an x and 1 at a y)."""
 
     tokens: torch.Tensor  # (B, T) long
-    targets: torch.Tensor  # (B, T) long: what each position should predict (meaningful where loss_mask)
+    targets: torch.Tensor  # (B, T) long, or (B, T, d_out) float: what each position should predict (where loss_mask)
     loss_mask: torch.Tensor  # (B, T) bool: the positions the loss and the accuracy score
     labels: torch.Tensor  # (B, T) long: the task's per-position labels; its metrics slice by them; PAD_LABEL = padding
     query: torch.Tensor | None = None  # (B,): set when exactly one position per sequence is scored, its index;
     # models then run their last layer and unembedding there only
     info: dict[str, torch.Tensor] = field(default_factory=dict)  # per-sequence facts, (B,) each (trigger copy: l1, l2)
+    inputs: torch.Tensor | None = None  # (B, T, d_in) float: a continuous task's inputs, read instead of tokens
+
+    @property
+    def model_input(self) -> torch.Tensor:
+        """What the model reads: tokens (B, T), or a continuous task's inputs (B, T, d_in)."""
+        return self.tokens if self.inputs is None else self.inputs
+
+    @property
+    def continuous(self) -> bool:
+        """Real-valued targets: scored by squared error, without an accuracy."""
+        return self.targets.is_floating_point()
+
+    def _map(self, per_position, whole=lambda t: t) -> "Batch":
+        """The batch with `per_position(t, fill)` applied to each (..., T, ...) tensor (fill: its padding value) and
+        `whole` to the query and info."""
+        apply = lambda f, t, *args: None if t is None else f(t, *args)
+        return Batch(per_position(self.tokens, 0), per_position(self.targets, 0), per_position(self.loss_mask, False),
+                     per_position(self.labels, PAD_LABEL), apply(whole, self.query),
+                     {k: whole(v) for k, v in self.info.items()}, apply(per_position, self.inputs, 0))
 
     def to(self, device) -> "Batch":
-        move = lambda t: None if t is None else t.to(device)
-        return Batch(move(self.tokens), move(self.targets), move(self.loss_mask), move(self.labels), move(self.query),
-                     {k: move(v) for k, v in self.info.items()})
+        move = lambda t, *_: t.to(device)
+        return self._map(move, move)
 
     def padded(self, width: int) -> "Batch":
         """The same sequences right-padded to `width` positions (token 0, label PAD_LABEL, not scored), so batches
         of members of one shape stack."""
-        extra = width - self.tokens.shape[1]
-        if extra < 0:
-            raise ValueError(f"cannot pad to {width} positions a batch of {self.tokens.shape[1]}")
-        pad = lambda t, value: torch.nn.functional.pad(t, (0, extra), value=value)
-        return Batch(pad(self.tokens, 0), pad(self.targets, 0), pad(self.loss_mask, False), pad(self.labels, PAD_LABEL),
-                     self.query, self.info)
+        T = self.tokens.shape[-1]
+        if width < T:
+            raise ValueError(f"cannot pad to {width} positions a batch of {T}")
+        time_dim = self.tokens.dim() - 1  # positions are the tokens' last dimension, and the same one of the others
+
+        def pad(t: torch.Tensor, value) -> torch.Tensor:
+            after = t.dim() - 1 - time_dim  # the dimensions after the positions (d_in, d_out) are not padded
+            return torch.nn.functional.pad(t, (0, 0) * after + (0, width - T), value=value)
+
+        return self._map(pad)
 
     def cropped(self, width: int) -> "Batch":
         """The first `width` positions (cutting only padding is the caller's promise)."""
-        crop = lambda t: t[..., :width]
-        return Batch(crop(self.tokens), crop(self.targets), crop(self.loss_mask), crop(self.labels), self.query,
-                     self.info)
+        time_dim = self.tokens.dim() - 1
+        return self._map(lambda t, _: t.narrow(time_dim, 0, width))
 
     def member(self, p: int) -> "Batch":
         """Member p's batch out of a population's (every tensor with a leading member dimension)."""
-        pick = lambda t: None if t is None else t[p]
-        return Batch(pick(self.tokens), pick(self.targets), pick(self.loss_mask), pick(self.labels), pick(self.query),
-                     {k: v[p] for k, v in self.info.items()})
+        pick = lambda t, *_: t[p]
+        return self._map(pick, pick)
 
     def scored_targets(self) -> torch.Tensor:
-        """(M,) the targets the loss reads, in the order of the model's scored logits (see train.scored)."""
+        """(S,) or (S, d_out) the targets the loss reads, in the order of the model's scored outputs (train.scored)."""
         if self.query is not None:
             return self.targets[torch.arange(len(self.query), device=self.query.device), self.query]
         return self.targets[self.loss_mask]
@@ -159,6 +184,11 @@ class Task:
     def dims(self, cfg) -> tuple[int, int]:
         """(d_vocab, n_ctx): the vocabulary size and the longest sequence a model must read."""
         raise NotImplementedError
+
+    def input_width(self, cfg) -> int | None:
+        """d_in of a continuous task, whose batches carry real-valued `inputs` (B, T, d_in) and `targets`
+        (B, T, d_out) with d_out = dims()[0]; None, the default: a token task, its model reads token ids."""
+        return None
 
     def query_only(self, cfg) -> bool:
         """Whether every batch scores exactly one position per sequence (Batch.query is set)."""

@@ -392,6 +392,20 @@ def select(cfg: Config, dotted_key: str) -> Any:
     return node
 
 
+def _require_matching_inputs(cfg: Config, task, spec) -> None:
+    """A token task's model reads token ids, a continuous task's its real-valued inputs (Task.input_width,
+    ModelSpec.reads); the key named is the one that picks what the model reads (model.embedding where it has one)."""
+    reads, continuous = spec.reads(cfg.model), task.input_width(cfg.task) is not None
+    key = "model.embedding" if hasattr(cfg.model, "embedding") else "model.name"
+    what = f"{cfg.model.embedding} ({spec.name})" if key == "model.embedding" else spec.name
+    require(
+        (key, reads == "inputs" or not continuous,
+         f"{what} reads token ids, but {task.name} gives real-valued inputs"
+         + (" (set model.embedding=linear)" if key == "model.embedding" else "")),
+        (key, reads == "tokens" or continuous, f"{what} reads real-valued inputs, but {task.name} gives token ids"),
+    )
+
+
 def validate(cfg: Config, check_device: bool = True) -> None:
     """Reject, before any work, what cannot run or would silently mean something else. Raises ConfigError.
 
@@ -407,6 +421,7 @@ def validate(cfg: Config, check_device: bool = True) -> None:
          "cuda asked for, but this machine has no GPU"),
     )
     task.validate(cfg.task)
+    _require_matching_inputs(cfg, task, spec)
     require(("model.name", not spec.needs_query or task.query_only(cfg.task),
              f"{spec.name} reads one query position per sequence, but {task.name} scores several (as configured)"))
     spec.validate(cfg.model, *task.dims(cfg.task))

@@ -17,7 +17,7 @@ import torch
 
 from trainables import readouts
 from trainables.errors import ConfigError, require
-from trainables.models import MODELS
+from trainables.models import MODELS, build_model
 from trainables.streams import Streams
 from trainables.tasks import Batch, task_of
 from trainables.train import evaluate, loss_and_accuracy, scored
@@ -51,29 +51,32 @@ def _dry_run(cfg, readout: bool) -> set[str]:
              f"{task.name}: eval_splits() must map the prefixes 'id' and 'ood' (and any others) to splits, got "
              f"{splits!r}"))
     d_vocab, n_ctx = _call("task.name", f"{task.name}: dims()", task.dims, cfg.task)
+    d_in = _call("task.name", f"{task.name}: input_width()", task.input_width, cfg.task)
     generator = torch.Generator().manual_seed(0)
     batches = {}
     for split in dict.fromkeys(["train", *splits.values()]):
         what = f"{task.name}: sample(split={split!r})"
         batches[split] = _call("task.name", what, task.sample, cfg.task, N_SEQUENCES, generator, split)
-        check_batch(batches[split], what, d_vocab, n_ctx, task.query_only(cfg.task))
-    check_batch_sampler(task, cfg, d_vocab, n_ctx)
+        check_batch(batches[split], what, d_vocab, n_ctx, task.query_only(cfg.task), d_in)
+    check_batch_sampler(task, cfg, d_vocab, n_ctx, d_in)
 
     with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
-        model = _call("model.name", f"{spec.name}: build()", spec.build, cfg.model, d_vocab, n_ctx)
+        model = _call("model.name", f"{spec.name}: build()", build_model, spec, cfg.model, d_vocab, n_ctx, d_in)
         batch = batches["train"]
-        output = _call("model.name", f"{spec.name}: run_with_cache()", model.run_with_cache, batch.tokens, batch.query)
+        output = _call("model.name", f"{spec.name}: run_with_cache()", model.run_with_cache, batch.model_input,
+                       batch.query)
         require(("model.name", isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], dict),
                  f"{spec.name}: run_with_cache() must return (logits, cache dict), got {type(output).__name__}"))
         # what training calls: the module itself
-        trained = _call("model.name", f"{spec.name}: forward()", model, batch.tokens, batch.query)
+        trained = _call("model.name", f"{spec.name}: forward()", model, batch.model_input, batch.query)
     B, T = batch.tokens.shape
     expected = (B, d_vocab) if batch.query is not None else (B, T, d_vocab)
+    outputs, width = ("predictions", "d_out") if d_in is not None else ("logits", "d_vocab")
     for what, logits in (("run_with_cache()", output[0]), ("forward()", trained)):
         require(("model.name", isinstance(logits, torch.Tensor) and tuple(logits.shape) == expected
                  and logits.is_floating_point(),
-                 f"{spec.name}: {what} must return float logits of shape {expected} "
-                 f"({'(B, d_vocab) at the query' if batch.query is not None else '(B, T, d_vocab)'}), got "
+                 f"{spec.name}: {what} must return float {outputs} of shape {expected} "
+                 f"({f'(B, {width}) at the query' if batch.query is not None else f'(B, T, {width})'}), got "
                  f"{_describe(logits)}"))
 
     train_metrics = loss_and_accuracy(*scored(trained.detach(), batch), "train")  # what a step reports
@@ -101,7 +104,7 @@ def forget(name: str) -> None:
     _passed.difference_update({pair for pair in _passed if name in pair})
 
 
-def check_batch_sampler(task, cfg, d_vocab: int, n_ctx: int) -> None:
+def check_batch_sampler(task, cfg, d_vocab: int, n_ctx: int, d_in: int | None = None) -> None:
     """A task's batch_sampler, where it has one: two members' batches at once, each a Batch of the contract, and
     each member's the one it draws alone (its stream's, whatever it is packed with)."""
     what = f"{task.name}: batch_sampler()"
@@ -114,14 +117,14 @@ def check_batch_sampler(task, cfg, d_vocab: int, n_ctx: int) -> None:
              f"{what} must draw a Batch of (P, n, T) tensors, got {_describe(getattr(both, 'tokens', both))} "
              "tokens for P = 2"))
     alone = _call("task.name", what, task.batch_sampler([cfg.task], "cpu"), N_SEQUENCES, Streams([1]))
-    check_batch(both.member(1), what, d_vocab, n_ctx, task.query_only(cfg.task))
-    require(("task.name", torch.equal(both.member(1).tokens, alone.member(0).tokens),
+    check_batch(both.member(1), what, d_vocab, n_ctx, task.query_only(cfg.task), d_in)
+    require(("task.name", torch.equal(both.member(1).model_input, alone.member(0).model_input),
              f"{what}: a member's batch depends on the members drawn with it (draw each one's from its own stream)"))
 
 
-def check_batch(batch, what: str, d_vocab: int, n_ctx: int, query_only: bool) -> None:
-    """A sampled Batch against the contract of trainables.tasks.Batch; ConfigError(task.name) naming the first
-    violation."""
+def check_batch(batch, what: str, d_vocab: int, n_ctx: int, query_only: bool, d_in: int | None = None) -> None:
+    """A sampled Batch against the contract of trainables.tasks.Batch (of a continuous task where d_in, its input
+    width, is given); ConfigError(task.name) naming the first violation."""
     require(("task.name", isinstance(batch, Batch), f"{what} must return a trainables.tasks.Batch, got "
                                                     f"{type(batch).__name__}"))
     tokens = batch.tokens
@@ -130,18 +133,27 @@ def check_batch(batch, what: str, d_vocab: int, n_ctx: int, query_only: bool) ->
     B, T = tokens.shape
     checks = [("task.name", B == N_SEQUENCES, f"{what}: returned {B} sequences for n={N_SEQUENCES}"),
               ("task.name", 1 <= T <= n_ctx, f"{what}: {T} positions, but dims() says at most n_ctx = {n_ctx}")]
-    for field, dtype in (("targets", torch.long), ("labels", torch.long), ("loss_mask", torch.bool)):
+    real = torch.get_default_dtype()  # a continuous task's inputs and targets: of the model's float type
+    targets = ("targets", (B, T), torch.long) if d_in is None else ("targets", (B, T, d_vocab), real)
+    fields = [targets, ("labels", (B, T), torch.long), ("loss_mask", (B, T), torch.bool)]
+    if d_in is not None:
+        fields.append(("inputs", (B, T, d_in), real))
+    for field, shape, dtype in fields:
         value = getattr(batch, field)
-        checks.append(("task.name", isinstance(value, torch.Tensor) and tuple(value.shape) == (B, T)
+        checks.append(("task.name", isinstance(value, torch.Tensor) and tuple(value.shape) == shape
                        and value.dtype == dtype,
-                       f"{what}: {field} must be a ({B}, {T}) {dtype} tensor like tokens, got {_describe(value)}"))
+                       f"{what}: {field} must be a {shape} {dtype} tensor, got {_describe(value)}"))
     require(*checks)
-    scored = batch.targets[batch.loss_mask]
-    require(("task.name", bool(((tokens >= 0) & (tokens < d_vocab)).all()),
-             f"{what}: tokens must lie in [0, d_vocab = {d_vocab}), got {tokens.min().item()}..{tokens.max().item()}"),
-            ("task.name", bool(batch.loss_mask.any()), f"{what}: loss_mask scores no position"),
-            ("task.name", bool(((scored >= 0) & (scored < d_vocab)).all()),
-             f"{what}: scored targets must lie in [0, d_vocab = {d_vocab})"))
+    require(("task.name", bool(batch.loss_mask.any()), f"{what}: loss_mask scores no position"))
+    if d_in is not None:
+        require(("task.name", bool(batch.inputs.isfinite().all() and batch.targets.isfinite().all()),
+                 f"{what}: inputs and targets must be finite"))
+    else:
+        scored = batch.targets[batch.loss_mask]
+        require(("task.name", bool(((tokens >= 0) & (tokens < d_vocab)).all()),
+                 f"{what}: tokens must lie in [0, d_vocab = {d_vocab}), got {tokens.min().item()}..{tokens.max().item()}"),
+                ("task.name", bool(((scored >= 0) & (scored < d_vocab)).all()),
+                 f"{what}: scored targets must lie in [0, d_vocab = {d_vocab})"))
     query = batch.query
     if query_only:
         require(("task.name", isinstance(query, torch.Tensor) and tuple(query.shape) == (B,)

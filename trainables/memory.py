@@ -26,12 +26,16 @@ def needs(cfg) -> dict[str, int]:
     sequences kept for the whole run plus one forward over all of them at once)."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
     d_vocab, n_ctx = task.dims(cfg.task)
+    d_in = task.input_width(cfg.task)
     scored = 1 if task.query_only(cfg.task) else n_ctx
-    per_sequence = FLOAT_BYTES * spec.activation_floats(cfg.model, d_vocab, n_ctx, scored) + BATCH_TENSORS_BYTES * n_ctx
+    # A continuous task's positions also hold its inputs and real-valued targets.
+    per_position = BATCH_TENSORS_BYTES + (0 if d_in is None else FLOAT_BYTES * (d_in + d_vocab))
+    activations = spec.activation_floats(cfg.model, d_vocab, n_ctx, scored, **({} if d_in is None else {"d_in": d_in}))
+    per_sequence = FLOAT_BYTES * activations + per_position * n_ctx
     # A training step keeps the forward's activations and their gradients.
     peaks = {key: 2 * n * per_sequence for key, n in spec.batch_sizes(cfg.model, cfg.optim).items()}
     n_other_splits = len(task.eval_splits(cfg.task)) - 1
-    kept = BATCH_TENSORS_BYTES * n_ctx * (cfg.eval.n_id + n_other_splits * cfg.eval.n_ood)
+    kept = per_position * n_ctx * (cfg.eval.n_id + n_other_splits * cfg.eval.n_ood)
     peaks["eval.n_id"] = cfg.eval.n_id * per_sequence
     peaks["eval.n_ood"] = cfg.eval.n_ood * per_sequence
     return {key: peak + kept for key, peak in peaks.items()}

@@ -119,18 +119,20 @@ class Stack:
             p.requires_grad_(id(p) in stepped)
 
     def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per member: mean cross-entropy over its scored positions, its correct predictions and their count."""
+        """Per member: its mean loss over its scored positions, its correct predictions and their count."""
         if len(self.states) == 1:
-            return tuple(x[None] for x in scored_loss(self.template, batch.member(0)))
+            one = batch.member(0)
+            return tuple(x[None] for x in scored_loss(self.template, one.model_input, one.query, one.targets,
+                                                      one.loss_mask))
         template = self.template
 
-        def member_loss(params, buffers, tokens, query, targets, mask):
-            model = lambda tokens, query: functional_call(template, (params, buffers), (tokens, query))
-            return scored_loss(model, Batch(tokens, targets, mask, None, query))
+        def member_loss(params, buffers, model_input, query, targets, mask):
+            model = lambda model_input, query: functional_call(template, (params, buffers), (model_input, query))
+            return scored_loss(model, model_input, query, targets, mask)
 
         query_dim = 0 if batch.query is not None else None
         return vmap(member_loss, in_dims=(0, 0, 0, query_dim, 0, 0))(
-            self.params, self.buffers, batch.tokens, batch.query, batch.targets, batch.loss_mask)
+            self.params, self.buffers, batch.model_input, batch.query, batch.targets, batch.loss_mask)
 
     def unstack(self, slots: list[int]) -> None:
         """Copy the stacked parameters into these members' own modules (for their evaluation and checkpoint)."""
@@ -177,9 +179,9 @@ def stack_batches(batches: list[Batch]) -> Batch:
     """Members' batches padded to the widest and stacked along a leading member dimension (their info left out)."""
     width = max(b.tokens.shape[1] for b in batches)
     padded = [b.padded(width) for b in batches]
-    stack = lambda name: torch.stack([getattr(b, name) for b in padded])
-    return Batch(stack("tokens"), stack("targets"), stack("loss_mask"), stack("labels"),
-                 stack("query") if padded[0].query is not None else None)
+    stack = lambda name: None if getattr(padded[0], name) is None else torch.stack([getattr(b, name) for b in padded])
+    return Batch(stack("tokens"), stack("targets"), stack("loss_mask"), stack("labels"), stack("query"),
+                 inputs=stack("inputs"))
 
 
 def compile_mode(cfg) -> str | None:
@@ -188,18 +190,30 @@ def compile_mode(cfg) -> str | None:
     return cfg.optim.compile_mode() if MODELS[cfg.model.name].uses_optim else None
 
 
-def scored_loss(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy over the scored positions (the query, or where the mask is set), the correct predictions and
-    their count, written without data-dependent shapes so that it vmaps. model(tokens, query) -> logits."""
-    logits = model(batch.tokens, batch.query)
-    if batch.query is not None:  # logits (B, N) at the query
-        targets = batch.targets.gather(1, batch.query[:, None])[:, 0]  # (B,)
-        hits = (logits.argmax(-1) == targets).sum()
-        return F.cross_entropy(logits, targets), hits, torch.full_like(hits, targets.shape[0])
-    mask = batch.loss_mask.to(logits.dtype)  # (B, T)
-    per_position = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # (B, T)
+def scored_loss(model, model_input: torch.Tensor, query: torch.Tensor | None, targets: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The mean loss over the scored positions (the query, or where the mask is set), the correct predictions and
+    their count, written without data-dependent shapes so that it vmaps. model(model_input, query) -> outputs.
+    Token targets (B, T) long: cross-entropy and argmax hits. Real-valued targets (B, T, d_out): the squared error
+    averaged over d_out, and no hits (a continuous task has no accuracy). Which one is known from the dtype, before
+    any value is read, so the branch is the same for every member and step."""
+    outputs = model(model_input, query)  # (B, T, N), or (B, N) at the query
+    continuous = targets.is_floating_point()
+    if query is not None:  # one scored position per sequence
+        index = query[:, None, None].expand(-1, 1, targets.shape[-1]) if continuous else query[:, None]
+        targets = targets.gather(1, index)[:, 0]  # (B, d_out) or (B,)
+        if continuous:
+            errors = (outputs - targets).square().mean(-1)  # (B,)
+            return errors.mean(), torch.zeros_like(errors[0]), torch.full_like(errors[0], len(errors))
+        hits = (outputs.argmax(-1) == targets).sum()
+        return F.cross_entropy(outputs, targets), hits, torch.full_like(hits, targets.shape[0])
+    mask = mask.to(outputs.dtype)  # (B, T)
     count = mask.sum()
-    hits = ((logits.argmax(-1) == batch.targets).to(logits.dtype) * mask).sum()
+    if continuous:
+        per_position = (outputs - targets).square().mean(-1)  # (B, T)
+        return (per_position * mask).sum() / count, torch.zeros_like(count), count
+    per_position = F.cross_entropy(outputs.transpose(1, 2), targets, reduction="none")  # (B, T)
+    hits = ((outputs.argmax(-1) == targets).to(outputs.dtype) * mask).sum()
     return (per_position * mask).sum() / count, hits, count
 
 

@@ -24,7 +24,7 @@ def final(cfg, model: torch.nn.Module, ood: Batch, generator: torch.Generator) -
     arrays, metrics = task_of(cfg).readouts(cfg.task, model, ood, generator, cfg.eval.n_examples)
     k = min(cfg.eval.n_examples, len(ood.tokens))
     if ood.query is not None:
-        _, cache = model.run_with_cache(ood.tokens, ood.query)
+        _, cache = model.run_with_cache(ood.model_input, ood.query)
         attention = [pattern_at(cache, layer, ood.query) for layer in range(len(patterns(cache)))]  # [(B, H, T)]
         if attention:  # a model without attention has no patterns to read
             arrays["query_attention_mean"] = torch.stack([a.mean(0) for a in attention]).cpu().numpy()  # (layers, H, T)
@@ -32,7 +32,7 @@ def final(cfg, model: torch.nn.Module, ood: Batch, generator: torch.Generator) -
     arrays["tokens"] = ood.tokens[:k].cpu().numpy()
     arrays |= {name: value[:k].cpu().numpy() for name, value in ood.info.items()}
     if not MODELS[cfg.model.name].needs_query:  # the model reads every position: its full causal patterns
-        layers = patterns(model.run_with_cache(ood.tokens[:k])[1])
+        layers = patterns(model.run_with_cache(ood.model_input[:k])[1])
         if layers:
             arrays["patterns"] = torch.stack(layers, 1).cpu().numpy()  # (k, n_layers, H, T, T)
     arrays |= {name: value.detach().cpu().numpy() for name, value in matrices(model).items()}

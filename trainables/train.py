@@ -28,7 +28,7 @@ from trainables import readouts
 from trainables.errors import require
 from trainables.io import SUCCEEDED, VERDICT_KNOWN, atomic_write, write_json
 from trainables.logger import Logger
-from trainables.models import MODELS
+from trainables.models import MODELS, build_model
 from trainables.optim import Phase
 from trainables.population import Batches, Stack, compile_mode, pack_key, stack_batches
 from trainables.stopper import NEVER, Stopper
@@ -86,6 +86,7 @@ class TrainState:
     loss_sum: float = 0.0  # training loss x count, hits and count over the scored positions since the last evaluation
     hits: float = 0.0
     count: int = 0
+    scores_accuracy: bool = True  # token targets; a continuous task's (real-valued) have a loss only
 
     @property
     def total_steps(self) -> int:
@@ -110,8 +111,10 @@ class TrainState:
         self.status, self.stopped_because = status, because
 
     def train_metrics(self) -> dict[str, float]:
-        """`train/loss` and `train/acc` since the last call, which starts a new window."""
-        metrics = {"train/loss": self.loss_sum / self.count, "train/acc": self.hits / self.count}
+        """`train/loss` and `train/acc` (token targets) since the last call, which starts a new window."""
+        metrics = {"train/loss": self.loss_sum / self.count}
+        if self.scores_accuracy:
+            metrics["train/acc"] = self.hits / self.count
         self.loss_sum, self.hits, self.count = 0.0, 0.0, 0
         return metrics
 
@@ -146,12 +149,13 @@ def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
     init_seed, train_key, eval_generator = seeded_generators(cfg.seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
-        model = spec.build(cfg.model, *task.dims(cfg.task)).to(cfg.device)
+        model = build_model(spec, cfg.model, *task.dims(cfg.task), task.input_width(cfg.task)).to(cfg.device)
     eval_sets = {prefix: task.sample(cfg.task, cfg.eval.n_id if prefix == "id" else cfg.eval.n_ood, eval_generator,
                                      split).to(cfg.device)
                  for prefix, split in task.eval_splits(cfg.task).items()}
     state = TrainState(model, spec.phases(cfg.model, cfg.optim, model), torch.Generator().manual_seed(train_key),
-                       train_key, EarlyStopping(cfg.eval.patience))
+                       train_key, EarlyStopping(cfg.eval.patience),
+                       scores_accuracy=task.input_width(cfg.task) is None)
     return state, eval_sets, eval_generator
 
 
@@ -167,14 +171,18 @@ def step(state: TrainState, batch: Batch) -> float:
 
 
 def scored(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(M, N) logits and (M,) targets at the positions the batch scores (its query, or where loss_mask)."""
+    """(S, N) logits and (S,) targets at the S positions the batch scores (its query, or where loss_mask); a
+    continuous task's (S, d_out) predictions and (S, d_out) targets."""
     if batch.query is not None:  # the model ran at the query only: logits (B, N)
         return logits, batch.scored_targets()
     return logits[batch.loss_mask], batch.scored_targets()
 
 
 def loss_and_accuracy(logits: torch.Tensor, targets: torch.Tensor, prefix: str) -> dict[str, float]:
-    """Mean cross-entropy (in float64) and argmax accuracy of (M, N) logits against (M,) targets."""
+    """Mean cross-entropy (in float64) and argmax accuracy of (S, N) logits against (S,) token targets; for
+    real-valued (S, d_out) targets, the mean squared error (averaged over d_out, as the training loss) alone."""
+    if targets.is_floating_point():
+        return {f"{prefix}/loss": (logits.double() - targets.double()).square().mean().item()}
     return {
         f"{prefix}/loss": F.cross_entropy(logits.double(), targets).item(),
         f"{prefix}/acc": (logits.argmax(-1) == targets).double().mean().item(),
@@ -189,7 +197,7 @@ def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[s
     model.eval()
     result = {}
     for prefix, batch in eval_sets.items():
-        logits, cache = model.run_with_cache(batch.tokens, batch.query)
+        logits, cache = model.run_with_cache(batch.model_input, batch.query)
         result |= loss_and_accuracy(*scored(logits, batch), prefix)
         result |= task.metrics(cfg.task, prefix, batch, logits, cache)
     result |= task.weight_metrics(cfg.task, readouts.matrices(model))
@@ -433,7 +441,7 @@ def _finish(member: Member) -> Result:
     if state.status == "diverged":
         state.model.load_state_dict(model_state)
     task = task_of(cfg)
-    final = dict(finite_metrics or {"train/loss": math.nan, "train/acc": math.nan}
+    final = dict(finite_metrics or {"train/loss": math.nan} | ({"train/acc": math.nan} if state.scores_accuracy else {})
                  | evaluate(state.model, member.eval_sets, cfg) | task.diversity(cfg.task))
     arrays, readout_metrics = readouts.final(cfg, state.model, member.eval_sets["ood"], member.eval_generator)
     final |= readout_metrics | task.summary(cfg.task, member.history)

@@ -16,7 +16,7 @@ from trainables.errors import require
 from trainables.models import ModelSpec
 
 POSITIONAL = ("onehot_abs", "learned_abs", "random_abs", "relative", "rotary", "none")
-EMBEDDINGS = ("onehot", "learned")
+EMBEDDINGS = ("onehot", "learned", "linear")
 
 
 @dataclass
@@ -26,8 +26,10 @@ class TransformerConfig:
     name: str = "transformer"
     n_layers: int = 2
     n_heads: int = 1
-    embedding: str = "onehot"  # onehot: x_t = [e_{z_t} ; p_t if onehot_abs ; e_{z_{t-1}} if prev_token] | learned
-    d_model: int = 64  # embedding=learned only: the residual width (onehot derives it from N, L and the features)
+    embedding: str = "onehot"  # onehot: x_t = [e_{z_t} ; p_t if onehot_abs ; e_{z_{t-1}} if prev_token] | learned |
+    # linear: a continuous task's inputs read in by W_in (d_in, d_model), outputs read out by W_U (d_model, d_out)
+    d_model: int = 64  # learned and linear: the residual width (onehot derives it from N, L and the features)
+    n_ctx: int = 0  # the longest sequence the model reads (its positional table's size); 0: the task's longest
     d_head: int = 0  # per-head query/key/value width; 0 means d_model // n_heads
     positional: str = "onehot_abs"  # onehot_abs | learned_abs | random_abs (frozen) | relative | rotary | none
     prev_token: bool = False  # add the previous token as a feature, so one layer can implement an induction head
@@ -39,7 +41,7 @@ class TransformerConfig:
 
 def residual_width(cfg: TransformerConfig, vocab_size: int, max_len: int) -> int:
     """d_model implied by the config: for one-hot embeddings, the sum of the concatenated one-hot parts."""
-    if cfg.embedding == "learned":
+    if cfg.embedding != "onehot":
         return cfg.d_model
     return vocab_size + (max_len if cfg.positional == "onehot_abs" else 0) + (vocab_size if cfg.prev_token else 0)
 
@@ -129,10 +131,13 @@ def one_hot(index: torch.Tensor, classes: int) -> torch.Tensor:
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: TransformerConfig, vocab_size: int, max_len: int):
+    def __init__(self, cfg: TransformerConfig, vocab_size: int, max_len: int, d_in: int | None = None):
         super().__init__()
+        max_len = cfg.n_ctx or max_len
         self.cfg, self.d_vocab, self.n_ctx = cfg, vocab_size, max_len
         d_model = residual_width(cfg, vocab_size, max_len)
+        if cfg.embedding == "linear":
+            self.W_in = nn.Parameter(torch.randn(d_in, d_model) * cfg.init_std)
         if cfg.embedding == "learned":
             self.W_E = nn.Parameter(torch.randn(vocab_size, d_model) * cfg.init_std)
             self.W_E_prev = nn.Parameter(torch.randn(vocab_size, d_model) * cfg.init_std) if cfg.prev_token else None
@@ -148,8 +153,11 @@ class Transformer(nn.Module):
         self.W_U = nn.Parameter(torch.randn(d_model, vocab_size) * cfg.init_std)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(B, T) -> (B, T, d_model) residual stream input."""
-        B, T = tokens.shape
+        """(B, T) tokens, or (B, T, d_in) inputs with embedding=linear -> (B, T, d_model) residual stream input."""
+        B, T = tokens.shape[:2]
+        if self.cfg.embedding == "linear":
+            x = tokens @ self.W_in
+            return x + self.W_pos[:T] if self.cfg.positional in ("learned_abs", "random_abs") else x
         previous = F.pad(tokens, (1, 0), value=-1)[:, :T]  # (B, T), -1 where there is no previous token
         if self.cfg.embedding == "onehot":
             parts = [one_hot(tokens, self.d_vocab)]
@@ -173,7 +181,7 @@ class Transformer(nn.Module):
         Without `query`, logits (B, T, N) at every position. With `query` (B,), the last layer and the unembedding run
         at each sequence's query only, since nothing else is scored: logits (B, N), the last pattern (B, H, 1, T).
         """
-        x = self.embed(tokens)  # (B, T, d_model)
+        x = self.embed(tokens)  # (B, T, d_model); tokens: (B, T), or (B, T, d_in) inputs
         every_row = torch.arange(tokens.shape[1], device=tokens.device)[None]  # (1, T)
         cache = {}
         for i, block in enumerate(self.blocks):
@@ -196,10 +204,18 @@ class TransformerSpec(ModelSpec):
     name = "transformer"
     config = TransformerConfig
 
-    def build(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int) -> Transformer:
-        return Transformer(cfg, d_vocab, n_ctx)
+    def build(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int, d_in: int | None = None) -> Transformer:
+        return Transformer(cfg, d_vocab, n_ctx, d_in)
+
+    def reads(self, cfg: TransformerConfig) -> str:
+        return "inputs" if cfg.embedding == "linear" else "tokens"
 
     def validate(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int) -> None:
+        require(
+            ("model.n_ctx", cfg.n_ctx >= 0, "must be >= 0 (0: the task's longest sequence)"),
+            ("model.n_ctx", not cfg.n_ctx or n_ctx <= cfg.n_ctx,
+             f"is {cfg.n_ctx}, but the task's sequences are up to {n_ctx} positions long"),
+        )
         require(
             ("model.n_layers", cfg.n_layers >= 1, "must be >= 1"),
             ("model.n_heads", cfg.n_heads >= 1, "must be >= 1"),
@@ -208,10 +224,12 @@ class TransformerSpec(ModelSpec):
             ("model.positional", cfg.positional != "onehot_abs" or cfg.embedding == "onehot",
              "onehot_abs concatenates a one-hot position and needs model.embedding=onehot (use learned_abs)"),
             ("model.d_model", cfg.embedding == "onehot" or cfg.d_model >= 1, "must be >= 1"),
+            ("model.prev_token", not (cfg.prev_token and cfg.embedding == "linear"),
+             "adds the previous token's embedding; model.embedding=linear reads real-valued inputs, not tokens"),
             ("model.d_head", cfg.d_head >= 0, "must be >= 0 (0 means d_model // n_heads)"),
             ("model.init_std", cfg.init_std > 0, "must be > 0"),
         )
-        d_model = residual_width(cfg, d_vocab, n_ctx)
+        d_model = residual_width(cfg, d_vocab, cfg.n_ctx or n_ctx)
         d_head = head_width(cfg, d_model)
         d_key = d_model if cfg.tied_kq else d_head
         require(
@@ -220,7 +238,7 @@ class TransformerSpec(ModelSpec):
              f"rotary needs an even key width, got {d_key} (change model.d_head or model.d_model)"),
         )
 
-    def activation_floats(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int, scored: int) -> float:
+    def activation_floats(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int, scored: int, **d_in) -> float:
         # Per layer: scores and pattern (H, T, T), queries, keys, values and the heads' outputs (H, T, d_head) and two
         # residual-width tensors; the MLP's hidden layer twice (4 d_model), layer norms once each. Within 1.5x of
         # the peak resident memory measured on configs/debug.yaml (bench-free check: tests/unit/test_memory.py).

@@ -266,6 +266,7 @@ TASKS = Registry("task", Task, required=("validate", "dims", "sample", "eval_spl
     "bigram_trigger": "trainables.tasks.bigram_trigger:TASK",
     "markov_ngram": "trainables.tasks.markov_ngram:TASK",
     "mixed_ngram": "trainables.tasks.mixed_ngram:TASK",
+    "linear_regression": "trainables.tasks.linear_regression:TASK",
 })
 DEFAULT = TASKS.default
 

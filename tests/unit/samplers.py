@@ -10,7 +10,7 @@ from trainables.op_count import OpCounter
 from trainables.streams import Streams
 from trainables.tasks import Batch
 
-FIELDS = ("tokens", "targets", "loss_mask", "labels", "query")
+FIELDS = ("tokens", "targets", "loss_mask", "labels", "query", "inputs")
 
 
 def same_batches(a: Batch, b: Batch) -> bool:

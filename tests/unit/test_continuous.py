@@ -48,6 +48,13 @@ def test_continuous_members_with_different_pools_end_where_each_would_alone():
     check_against_alone([cfg_of(f"seed={s}", f"task.n_means={m}") for s, m in [(0, 1), (1, 4), (2, 64)]])
 
 
+def test_regression_members_with_different_pools_and_noise_end_where_each_would_alone():
+    """linear_regression draws a pack's batches at once (its batch_sampler); running_mean above, one by one."""
+    check_against_alone([config.load(CONFIGS / "debug_linear_regression.yaml", [
+        "optim.max_steps=20", "eval.every=10", "eval.n_id=64", "eval.n_ood=64", "eval.n_examples=1", f"seed={s}",
+        f"task.n_tasks={m}", f"task.noise={noise}"]) for s, m, noise in [(0, 1, 0.25), (1, 64, 0.0), (2, 4096, 1.0)]])
+
+
 def test_padding_cropping_and_picking_a_member_act_on_positions_not_on_widths():
     batch = RunningMean().sample(RunningMeanConfig(length=4), 3, torch.Generator().manual_seed(0))
     padded = batch.padded(7)
@@ -69,22 +76,14 @@ def test_a_token_batch_reads_its_tokens():
 @pytest.mark.parametrize("overrides, key, reason", [
     (["model.embedding=onehot", "model.positional=onehot_abs"], "model.embedding",
      "onehot (transformer) reads token ids, but running_mean gives real-valued inputs"),
-    (["model.name=one_step"], "model.name", "one_step reads token ids, but running_mean gives real-valued inputs"),
-    (["model.n_ctx=5"], "model.n_ctx", "is 5, but the task's sequences are up to 6 positions long"),
     (["model.prev_token=true"], "model.prev_token", "model.embedding=linear reads real-valued inputs"),
     (["task.n_means=0"], "task.n_means", "must be >= 1"),
 ])
-def test_a_model_that_cannot_read_the_tasks_inputs_is_one_line_naming_its_key(overrides, key, reason):
+def test_a_plugins_inputs_and_keys_are_checked_as_a_built_ins(overrides, key, reason):
+    """The built-in's lines through the CLI: tests/unit/test_override_errors.py."""
     with pytest.raises(ConfigError) as refused:
         cfg_of(*overrides)
     assert refused.value.key == key and reason in str(refused.value)
-
-
-def test_a_linear_read_in_on_a_token_task_is_refused():
-    with pytest.raises(ConfigError) as refused:
-        config.load(CONFIGS / "debug.yaml", ["model.embedding=linear", "model.positional=learned_abs"])
-    assert refused.value.key == "model.embedding"
-    assert "linear (transformer) reads real-valued inputs, but trigger_copy gives token ids" in str(refused.value)
 
 
 def test_a_longer_model_context_than_the_tasks_is_accepted_and_trains_the_same_positions():
@@ -118,3 +117,8 @@ def test_the_memory_estimate_weighs_a_continuous_tasks_inputs_and_targets(monkey
     wide = memory.needs(cfg_of())
     T, n_id, n_ood = 6, 64, 64
     assert wide["eval.n_id"] - narrow["eval.n_id"] == 4 * 63 * T * (n_id + n_id + n_ood)
+
+
+def test_the_tutorials_continuous_task_is_the_file_the_tests_run():
+    extending = (CONFIGS.parent / "docs" / "EXTENDING.md").read_text()
+    assert "```python\n" + (CONFIGS.parent / "tests/plugins/running_mean.py").read_text() + "```" in extending

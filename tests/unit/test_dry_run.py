@@ -13,7 +13,8 @@ from trainables.train import train
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DEBUG = {"trigger_copy": "debug.yaml", "bigram_trigger": "debug_bigram_trigger.yaml",
-         "markov_ngram": "debug_markov_ngram.yaml", "mixed_ngram": "debug_mixed_ngram.yaml"}
+         "markov_ngram": "debug_markov_ngram.yaml", "mixed_ngram": "debug_mixed_ngram.yaml",
+         "linear_regression": "debug_linear_regression.yaml"}
 
 
 def tiny(cfg: config.Config) -> config.Config:
@@ -34,8 +35,9 @@ def test_every_built_in_task_has_a_debug_config():
 def test_the_dry_run_names_the_final_metrics_train_reports(task, model):
     try:
         cfg = config.load(CONFIGS / DEBUG[task], [f"model.name={model}"])
-    except ConfigError as e:  # a model that reads one query position, with a task that scores several
-        assert e.key == "model.name" and "query" in e.reason
+    except ConfigError as e:  # a model that reads one query position, with a task that scores several, or one that
+        # reads token ids, with a continuous task
+        assert e.key == "model.name" and ("query" in e.reason or "reads token ids" in e.reason)
         return
     assert dry_run.reported_metrics(cfg) == set(train(tiny(cfg)).metrics)
 

@@ -254,3 +254,19 @@ def test_readouts_give_per_k_curves_that_the_figures_draw():
     assert set(view.figures(arrays)) == {"regression/mse_by_k"}
     image, caption = view.images(arrays)["regression/mse_by_k"]
     assert image.dtype == np.uint8 and image.ndim == 3 and caption
+
+
+def test_the_pool_sweep_draws_the_model_beside_both_baselines_on_pool_and_fresh_tasks():
+    """The paper's figure from a grid's results.csv: per split, the seeds' mean MSE and the two baselines'."""
+    import pandas as pd
+
+    from trainables.tasks.linear_regression.figures import pool_sweep
+
+    rows = [{"task.n_tasks": m, "seed": s, **{f"{p}/{name}mse": 1.0 + m + s + i for i, name in
+                                               enumerate(("", "ridge_", "dmmse_"))}}
+            for m in (1, 16) for s in (0, 1) for p in ("id", "ood")]
+    frame = pd.DataFrame(rows).groupby(["task.n_tasks", "seed"]).first().reset_index()
+    fig = pool_sweep(frame)
+    for ax in fig.axes:
+        model, ridge, dmmse = (line.get_ydata() for line in ax.get_lines())
+        assert list(model) == [2.5, 17.5] and list(ridge) == [3.5, 18.5] and list(dmmse) == [4.5, 19.5]

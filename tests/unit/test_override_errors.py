@@ -214,3 +214,27 @@ def test_bad_train_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path,
 ])
 def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, args, key):
     assert key in refused(capsys, tmp_path, "search", "debug_search.yaml", *args)
+
+
+# --- a continuous task ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("verb, config_file, override, line", [
+    ("train", "debug_linear_regression.yaml", "task.dim=0", "task.dim: must be >= 1 (x and w live in R^dim)"),
+    ("train", "debug_linear_regression.yaml", "task.n_points=0",
+     "task.n_points: must be >= 1 (the (x, y) pairs of a sequence)"),
+    ("grid", "regression_diversity.yaml", "sweep.axes.0.values=[0,4]",
+     "task.n_tasks: must be >= 1 (the size of the training pool of task vectors) (at sweep point n_tasks=0,seed=0)"),
+    ("train", "debug_linear_regression.yaml", "task.noise=-1",
+     "task.noise: must be a finite number >= 0 (the variance sigma^2 of the label noise)"),
+    ("train", "debug_linear_regression.yaml", "model.n_ctx=8",
+     "model.n_ctx: is 8, but the task's sequences are up to 15 positions long"),
+    ("train", "debug_linear_regression.yaml", "model.embedding=learned",
+     "model.embedding: learned (transformer) reads token ids, but linear_regression gives real-valued inputs "
+     "(set model.embedding=linear)"),
+    ("train", "debug_linear_regression.yaml", "model.name=one_step",
+     "model.name: one_step reads token ids, but linear_regression gives real-valued inputs"),
+    ("train", "debug.yaml", "model.embedding=linear",
+     "model.embedding: linear (transformer) reads real-valued inputs, but trigger_copy gives token ids"),
+])
+def test_a_continuous_task_or_its_model_refused_in_one_line(capsys, tmp_path, verb, config_file, override, line):
+    assert refused(capsys, tmp_path, verb, config_file, override) == line

@@ -9,21 +9,23 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, reads_inputs
 from trainables import config, readouts
 from trainables.models import MODELS
 from trainables.tasks import TASKS, Batch, view_of
 from trainables.train import checkpoint, evaluate, init_state, restore, step, train
 
 SMALL = {"transformer": ["model.n_layers=2"], "one_step": ["model.n_samples_V=64", "model.n_samples_KQ=64"]}
+READ_INPUTS = {"transformer": ["model.embedding=linear", "model.positional=learned_abs"]}  # for a continuous task
 
 
 def load(task: str, model: str, *overrides: str) -> config.Config:
     """The task's section of configs/debug_<task>.yaml (small and fast) when there is one, else its defaults."""
     debug = CONFIGS / f"debug_{task}.yaml"
     section = yaml.safe_load(debug.read_text())["task"] if debug.exists() else {"name": task}
+    reads = READ_INPUTS.get(model, []) if reads_inputs(TASKS[task]) else []
     return config.from_layers([OmegaConf.create({"task": section, "model": {"name": model}}),
-                               OmegaConf.from_dotlist(list(overrides))])
+                               OmegaConf.from_dotlist(reads + list(overrides))])
 
 
 def small_config(task: str, model: str) -> config.Config:
@@ -47,8 +49,11 @@ def test_every_split_samples_a_consistent_batch_and_pads(name):
         batch = task.sample(cfg, 16, torch.Generator().manual_seed(0), split)
         assert isinstance(batch, Batch)
         B, T = batch.tokens.shape
-        assert B == 16 and T <= n_ctx and batch.tokens.max() < d_vocab and batch.tokens.min() >= 0
-        assert batch.targets.shape == batch.loss_mask.shape == batch.labels.shape == (B, T)
+        assert B == 16 and T <= n_ctx and batch.loss_mask.shape == batch.labels.shape == (B, T)
+        if batch.inputs is None:  # token ids, and their targets
+            assert batch.tokens.max() < d_vocab and batch.tokens.min() >= 0 and batch.targets.shape == (B, T)
+        else:  # real-valued inputs and targets (d_vocab is the output width)
+            assert batch.inputs.shape == (B, T, task.input_width(cfg)) and batch.targets.shape == (B, T, d_vocab)
         assert batch.loss_mask.any(1).all()  # every sequence is scored somewhere
         if task.query_only(cfg):
             assert batch.query is not None and torch.equal(batch.loss_mask.sum(1), torch.ones(B, dtype=torch.long))
@@ -56,6 +61,7 @@ def test_every_split_samples_a_consistent_batch_and_pads(name):
         assert all(v.shape == (B,) for v in batch.info.values())
         padded = task.sample(cfg, 16, torch.Generator().manual_seed(0), split, pad_to=n_ctx)
         assert padded.tokens.shape == (B, n_ctx) and torch.equal(padded.tokens[:, :T], batch.tokens)
+        assert padded.inputs is None or torch.equal(padded.inputs[:, :T], batch.inputs)
         assert torch.equal(padded.scored_targets(), batch.scored_targets())
 
 
@@ -81,7 +87,9 @@ def test_a_step_evaluates_and_a_checkpoint_restores_exactly(task, model):
     batch = spec.sample(cfg.task, state.phase().batch_size, state.generator)
     assert math.isfinite(step(state, batch)) and state.step == 1
     metrics = evaluate(state.model, eval_sets, cfg)
-    assert {"id/loss", "id/acc", "ood/loss", "ood/acc", spec.success_metric, "ood/success"} <= set(metrics)
+    accuracy = set() if reads_inputs(spec) else {"id/acc", "ood/acc"}  # a continuous task's loss is its MSE alone
+    assert {"id/loss", "ood/loss", spec.success_metric, "ood/success"} | accuracy <= set(metrics)
+    assert accuracy or not [k for k in metrics if k.endswith("/acc")]
     saved = copy.deepcopy(checkpoint(state, metrics, 0.0))
     twin, _, _ = init_state(cfg)
     restore(twin, saved)
@@ -89,7 +97,7 @@ def test_a_step_evaluates_and_a_checkpoint_restores_exactly(task, model):
         assert torch.equal(mine, theirs)
     if state.step < state.total_steps:  # the next batch and step are the same too
         nxt = spec.sample(cfg.task, state.phase().batch_size, state.generator)
-        assert torch.equal(nxt.tokens, spec.sample(cfg.task, twin.phase().batch_size, twin.generator).tokens)
+        assert torch.equal(nxt.model_input, spec.sample(cfg.task, twin.phase().batch_size, twin.generator).model_input)
 
 
 @pytest.mark.parametrize("name", TASKS)

@@ -70,8 +70,12 @@ class TaskView:
 
     @property
     def headline(self) -> tuple[str, ...]:
-        """Metrics a trial's one-line summary and the reports show first."""
-        return (self.task.success_metric, "id/acc", *(a for a in (self.task.diversity_axis,) if a))
+        """Metrics a trial's one-line summary and the reports show first: the success metric, how well training data
+        is fitted (id/acc, or a continuous task's id/loss: its MSE) and the diversity axis."""
+        from trainables.tasks import Task  # here, not at the top: trainables.tasks imports this module
+
+        fitted = "id/acc" if type(self.task).input_width is Task.input_width else "id/loss"
+        return (self.task.success_metric, fitted, *(a for a in (self.task.diversity_axis,) if a))
 
     @property
     def table_columns(self) -> tuple[str, ...]:

@@ -38,6 +38,29 @@ def mse_by_k(arrays: dict[str, np.ndarray]) -> Figure:
     return fig
 
 
+def pool_sweep(results, pool_key: str = "task.n_tasks") -> Figure:
+    """The paper's figure from a grid's results.csv (a DataFrame): the model's final MSE against the pool size M, on
+    pool tasks (id) and on fresh tasks (ood), each beside both Bayes estimators' on the same sequences; the model's
+    points are each seed's, its line their mean."""
+    by_pool = results.groupby(pool_key)
+    pools = np.asarray(sorted(by_pool.groups), dtype=float)
+    fig = figures.new_figure(8.0, 3.4)
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, split in zip(axes, ("id", "ood")):
+        means = by_pool[[f"{split}/mse", f"{split}/ridge_mse", f"{split}/dmmse_mse"]].mean()
+        for prefix, style in CURVES.items():
+            ax.plot(pools, means[f"{split}/{prefix}mse"].to_numpy(), **style)
+        ax.scatter(results[pool_key], results[f"{split}/mse"], s=10, color="black", alpha=0.4, zorder=3)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(SPLIT_TITLES[split], fontsize="medium")
+        ax.set_xlabel("M (task vectors in the training pool)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("final MSE (mean over the n predictions)")
+    axes[1].legend(fontsize="x-small")
+    return fig
+
+
 def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
     """W&B media key -> figure: the per-k MSE curves, and the attention patterns where the model has attention."""
     out = pattern_figures.all_figures(arrays)

@@ -35,10 +35,13 @@ check: $(STAMP) $(VENV)/.example-installed
 
 # Test files run side by side on TEST_WORKERS processes, each file whole on one (its module fixtures, its Ray): most
 # integration time is a process waiting on another (imports, Ray scheduling, a subprocess CLI), not arithmetic.
+# Files are handed out in collection order, the e2e tier's first and the unit tier's many short files last, so that
+# the run does not end on one worker still in a minute-long file (xdist's default hands out the files with the most
+# tests first: the long single-test files came last).
 TEST_WORKERS ?= 2
 test: $(STAMP) $(VENV)/.example-installed
 	bash tests/install_debian_packages.sh  # Debian's chromium and postgresql for the tests, when missing
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile  # tests/ and the example's (pyproject: testpaths)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder  # pyproject: testpaths
 
 bench: $(STAMP)
 	$(BIN)/python bench/core.py

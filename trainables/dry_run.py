@@ -151,7 +151,8 @@ def check_batch(batch, what: str, d_vocab: int, n_ctx: int, query_only: bool, d_
     else:
         scored = batch.targets[batch.loss_mask]
         require(("task.name", bool(((tokens >= 0) & (tokens < d_vocab)).all()),
-                 f"{what}: tokens must lie in [0, d_vocab = {d_vocab}), got {tokens.min().item()}..{tokens.max().item()}"),
+                 f"{what}: tokens must lie in [0, d_vocab = {d_vocab}), got "
+                 f"{tokens.min().item()}..{tokens.max().item()}"),
                 ("task.name", bool(((scored >= 0) & (scored < d_vocab)).all()),
                  f"{what}: scored targets must lie in [0, d_vocab = {d_vocab})"))
     query = batch.query

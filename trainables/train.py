@@ -441,7 +441,8 @@ def _finish(member: Member) -> Result:
     if state.status == "diverged":
         state.model.load_state_dict(model_state)
     task = task_of(cfg)
-    final = dict(finite_metrics or {"train/loss": math.nan} | ({"train/acc": math.nan} if state.scores_accuracy else {})
+    no_window = {"train/loss": math.nan} | ({"train/acc": math.nan} if state.scores_accuracy else {})
+    final = dict(finite_metrics or no_window
                  | evaluate(state.model, member.eval_sets, cfg) | task.diversity(cfg.task))
     arrays, readout_metrics = readouts.final(cfg, state.model, member.eval_sets["ood"], member.eval_generator)
     final |= readout_metrics | task.summary(cfg.task, member.history)

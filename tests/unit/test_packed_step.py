@@ -21,6 +21,7 @@ CASES = {
     "bigram_trigger": ("debug_bigram_trigger.yaml", ["task.n_train_outputs=40", "task.n_train_outputs=10"]),
     "markov_ngram": ("debug_markov_ngram.yaml", ["task.pool_size=8", "task.pool_size=2", "task.pool_size=32"]),
     "mixed_ngram": ("debug_mixed_ngram.yaml", ["task.alpha=0.5", "task.alpha=0.1", "task.alpha=0.9"]),
+    "linear_regression": ("debug_linear_regression.yaml", ["task.n_tasks=64", "task.n_tasks=1", "task.noise=0.0"]),
 }
 
 
@@ -57,10 +58,10 @@ def test_batches_keep_their_shapes_and_the_draw_and_step_trace_as_one_graph(case
     states = [init_state(cfg)[0] for cfg in cfgs]
     stack, batches = Stack(states), Batches(cfgs, states)
     n = states[0].phases[0].batch_size
-    shapes = {tuple(batches.draw(n, [0, 1, 2]).tokens.shape) for _ in range(4)}
+    shapes = {tuple(batches.draw(n, [0, 1, 2]).model_input.shape) for _ in range(4)}
     assert len(shapes) == 1
     batch = torch.compile(batches.sampler, fullgraph=True, backend="eager")(n, batches.streams)
-    assert batch.tokens.shape == next(iter(shapes))
+    assert batch.model_input.shape == next(iter(shapes))
     losses, _, _ = torch.compile(stack._forward, fullgraph=True, backend="aot_eager")(batch)
     losses.sum().backward()
     assert all(p.grad is not None for p in stack.params.values() if p.requires_grad)

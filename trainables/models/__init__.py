@@ -5,7 +5,8 @@ vocabulary and context, how it validates itself, how it is trained (its phases) 
 Every model module offers, TransformerLens-style:
 - `run_with_cache(tokens (B, T), query (B,) | None) -> (logits, cache)`: logits (B, T, N) at every position, or
   (B, N) at each sequence's query when `query` is given. A model that reads a continuous task's inputs (`reads`)
-  gets them in place of the tokens, (B, T, d_in) float, and returns its predictions (B, T, d_out) the same way; `cache` maps activation names to tensors, among them
+  gets them in place of the tokens, (B, T, d_in) float, and returns its predictions (B, T, d_out) the same way;
+  `cache` maps activation names to tensors, among them
   `blocks.{i}.attn.hook_pattern` (B, H, T_q, T): the causal attention pattern of layer i, with T_q = 1 for a layer
   that ran at the query only (none for a model without attention; trainables/cache.py reads them).
 - `matrices() -> {name: tensor}`: weights that probes read by name (the one-step model's W_KQ and W_V).

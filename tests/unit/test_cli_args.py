@@ -100,3 +100,32 @@ def test_a_reader_that_went_away_ends_the_command_quietly(unbuffered):
     finally:
         os.close(write_end)
     assert proc.returncode == cli.EXIT_READER_GONE and proc.stderr == "", proc.stderr
+
+
+def test_sigterm_stops_a_verb_as_ctrl_c_does_in_one_line_with_exit_143(monkeypatch, capsys, tmp_path):
+    """A scheduler's SIGTERM (sweep/stopping.py) ends a verb as a KeyboardInterrupt, so that what finished is written,
+    and the command says so in one line. With a real grid and its local Ray: Ctrl-C in tests/integration/test_grid.py,
+    SIGTERM in tests/e2e/test_slurm.py (a requeued job)."""
+    import os
+    import signal
+    import time
+
+    from sweep import stopping
+
+    def grid(args):  # the verb, stopped once its handler is in place (a grid sets it again after ray.init)
+        stopping.on_sigterm()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # the handler raises first
+        raise AssertionError("SIGTERM did not stop the verb")
+
+    monkeypatch.setattr(cli, "_grid", grid)
+    monkeypatch.setattr(stopping, "_received", [])
+    previous = signal.getsignal(signal.SIGTERM)  # the test process's own, put back below
+    try:
+        code = cli.main(["grid", str(CONFIGS / "debug_grid.yaml"), "--out", str(tmp_path / "out")])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("headsweep: stopped (SIGTERM); ")
+    assert "run the same command again to resume" in err

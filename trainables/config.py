@@ -368,10 +368,36 @@ def to_yaml(cfg: Config, **sections) -> str:
     """The resolved config as YAML, followed by any orchestration sections (sweep=..., search=...): exactly
     OmegaConf.to_yaml's text, dumped from the dataclasses directly (every packed member writes its config.yaml, and
     building a structured DictConfig first cost more than training a one-step member)."""
+    return _dump(dataclasses.asdict(cfg), sections)
+
+
+def to_yaml_as_written_before(cfg: Config, **sections) -> str:
+    """to_yaml as a version without ADDED_KEYS wrote it, those at their defaults left out (the same experiment), so an
+    output directory written before they existed resumes (a key set otherwise stays: another experiment)."""
+    return _dump(without_added_defaults(dataclasses.asdict(cfg)), sections)
+
+
+def _dump(data: dict, sections: dict) -> str:
     dump = lambda data: yaml.dump(data, default_flow_style=False, allow_unicode=True, sort_keys=False,
                                   Dumper=get_omega_conf_dumper())
-    return dump(dataclasses.asdict(cfg)) + "".join(dump({name: dataclasses.asdict(section)})
-                                                   for name, section in sections.items())
+    return dump(data) + "".join(dump({name: dataclasses.asdict(section)}) for name, section in sections.items())
+
+
+# Keys added after configs were first written into output directories and Optuna studies, with the default that
+# means what a config without them meant: resuming compares config.yaml's text and the studies' fingerprint of the
+# training config, and a config at these defaults is the same experiment as one written before they existed.
+ADDED_KEYS = {"model.n_ctx": 0}
+
+
+def without_added_defaults(data: dict) -> dict:
+    """A config as a plain dict (dataclasses.asdict, to_dict) without the ADDED_KEYS that hold their defaults."""
+    data = copy.deepcopy(data)
+    for dotted, default in ADDED_KEYS.items():
+        section, key = dotted.split(".")
+        if isinstance(data.get(section), dict) and data[section].get(key, default) == default:
+            data[section].pop(key, None)
+    return data
+
 
 
 def to_dict(cfg: Config) -> dict:

@@ -77,10 +77,12 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
 
 
 def _as_written_before(base, search) -> list[str]:
-    """config.yaml as a search from before a sampler was renamed wrote it (search.sampler: grid, now exhaustive): its
-    --out resumes under the new name (its studies do: the sampler is not in their fingerprint)."""
-    return [config.to_yaml(base, search=dataclasses.replace(search, sampler=old))
-            for old, new in RENAMED_SAMPLERS.items() if new == search.sampler]
+    """config.yaml as earlier versions wrote this search: before a sampler was renamed (search.sampler: grid, now
+    exhaustive) and before config.ADDED_KEYS existed. Its --out resumes (its studies do: the sampler is not in their
+    fingerprint, nor an added key at its default)."""
+    searches = [search] + [dataclasses.replace(search, sampler=old)
+                           for old, new in RENAMED_SAMPLERS.items() if new == search.sampler]
+    return [write(base, search=s) for s in searches for write in (config.to_yaml, config.to_yaml_as_written_before)]
 
 
 def _write_tables_and_report(out: OutDir, base, search, opened: dict, all_slices: list):

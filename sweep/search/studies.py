@@ -251,8 +251,9 @@ def fingerprint(base: config.Config, search: SearchConfig) -> str:
     """What makes the Optuna trials of two runs one experiment: the training config (not its name, device or
     logging) and what the search asks and counts as success. Budget, resources, packing and the sampler (and its
     settings: a study made with search.sampler=grid, now exhaustive, resumes under the new name) may change between
-    runs of one study (as --extend does)."""
-    training = {k: v for k, v in config.to_dict(base).items() if k not in ("name", "device", "logging")}
+    runs of one study (as --extend does); a config key added since (config.ADDED_KEYS) counts only when set."""
+    training = {k: v for k, v in config.without_added_defaults(config.to_dict(base)).items()
+                if k not in ("name", "device", "logging")}  # an added key at its default: the same experiment
     asked = {k: v for k, v in dataclasses.asdict(search).items() if k in ASKED}
     asked["success"].pop("confidence")  # how sure the interval must be is not what the seeds measure
     return hashlib.sha256(json.dumps([training, asked], sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -38,7 +38,7 @@ def test_layout_interleaves_x_and_y_and_scores_each_x():
     N, D, T = SMALL.n_points, SMALL.dim, 2 * SMALL.n_points - 1
     assert TASK.dims(SMALL) == (1, T) and TASK.input_width(SMALL) == D + 1 and not TASK.query_only(SMALL)
     assert batch.inputs.shape == (6, T, D + 1) and batch.targets.shape == (6, T, 1) and batch.tokens.shape == (6, T)
-    assert batch.continuous and batch.query is None and batch.model_input is batch.inputs
+    assert batch.targets.is_floating_point() and batch.query is None and batch.model_input is batch.inputs
     position = torch.arange(T)
     is_x = position % 2 == 0
     assert torch.equal(batch.tokens, torch.where(is_x, X, Y).expand(6, T))

@@ -47,16 +47,16 @@ class ModelSpec:
         """The config key of each training batch -> its size (what trainables/memory.py weighs)."""
         return {"optim.batch_size": optim.batch_size}
 
-    def activation_floats(self, cfg, d_vocab: int, n_ctx: int, scored: int, **d_in) -> float:
+    def activation_floats(self, cfg, d_vocab: int, n_ctx: int, scored: int, d_in: int | None = None) -> float:
         """Floats a forward pass keeps per sequence of n_ctx positions (`scored` of them unembedded): a rough upper
         bound of the activations autograd holds, for trainables/memory.py (which passes `d_in=` for a continuous
         task). By default measured: what autograd saves for a forward of two sequences minus one (the weights it
         saves are no sequence's), once per config."""
-        key = (id(self), repr(cfg), d_vocab, n_ctx, scored, *d_in.values())
+        key = (id(self), repr(cfg), d_vocab, n_ctx, scored, d_in)
         if key not in _measured:
             with torch.random.fork_rng(devices=[]):
-                model = build_model(self, cfg, d_vocab, n_ctx, *d_in.values())
-            saved = [_saved_floats(model, n, n_ctx, scored == 1, *d_in.values()) for n in (1, 2)]
+                model = build_model(self, cfg, d_vocab, n_ctx, d_in)
+            saved = [_saved_floats(model, n, n_ctx, scored == 1, d_in) for n in (1, 2)]
             _measured[key] = float(saved[1] - saved[0])
         return _measured[key]
 

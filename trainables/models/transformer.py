@@ -238,7 +238,8 @@ class TransformerSpec(ModelSpec):
              f"rotary needs an even key width, got {d_key} (change model.d_head or model.d_model)"),
         )
 
-    def activation_floats(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int, scored: int, **d_in) -> float:
+    def activation_floats(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int, scored: int,
+                          d_in: int | None = None) -> float:
         # Per layer: scores and pattern (H, T, T), queries, keys, values and the heads' outputs (H, T, d_head) and two
         # residual-width tensors; the MLP's hidden layer twice (4 d_model), layer norms once each. Within 1.5x of
         # the peak resident memory measured on configs/debug.yaml (bench-free check: tests/unit/test_memory.py).

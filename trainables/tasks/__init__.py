@@ -82,11 +82,6 @@ class Batch:
         """What the model reads: tokens (B, T), or a continuous task's inputs (B, T, d_in)."""
         return self.tokens if self.inputs is None else self.inputs
 
-    @property
-    def continuous(self) -> bool:
-        """Real-valued targets: scored by squared error, without an accuracy."""
-        return self.targets.is_floating_point()
-
     def _map(self, per_position, whole=lambda t: t) -> "Batch":
         """The batch with `per_position(t, fill)` applied to each (..., T, ...) tensor (fill: its padding value) and
         `whole` to the query and info."""

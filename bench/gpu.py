@@ -16,11 +16,14 @@ every member, one population.Stack.step): a loop of it between two device synchr
 optimizer's state, cuBLAS, torch.compile and the CUDA graphs' recording, which take up to a minute a row). Set-up and
 evaluations are not timed, so trainings per hour are what the training steps alone allow. "One model per process" is
 P = 1 eager: the step train(cfg) takes (no vmap). CUDA graphs replay what Stack compiles, the forward and backward;
-the batch draw and the fused optimizer step stay eager. Members differ in seed. The estimate is the packing planner's,
-P x memory.needs(cfg) (sweep/packing.py), with small evaluation sets so that it is the training batch's. Each row is
-printed as soon as it is measured and the --out files (gpu.md, gpu.json, errors.txt) are rewritten, so a timeout
-keeps what was done; a row that runs out of memory reads OOM (and larger P of that model and mode are skipped), any
-other failure its error, with the traceback in errors.txt.
+the batch draw and the fused optimizer step stay eager. Members differ in seed. Peak memory is
+torch.cuda.max_memory_allocated above what was allocated before the row, cuBLAS's workspaces excluded (allocated
+before the first row, their size in the header; the first run, on 2026-11-27, counted them in its first row); the
+estimate is the packing planner's, memory.needs(cfg, P) at the training batch's key (sweep/packing.py;
+bench/memory_estimate.py measures the same peak on the CPU). Each row is printed as soon as it is measured and the
+--out files (gpu.md, gpu.json, errors.txt) are rewritten, so a timeout keeps what was done; a row that runs out of
+memory reads OOM (and larger P of that model and mode are skipped), any other failure its error, with the traceback
+in errors.txt.
 """
 from __future__ import annotations
 
@@ -104,7 +107,7 @@ def measure(cfgs: list, warmup: int, steps: int, seconds: float, count_ops: bool
     sync(device)
     elapsed = time.perf_counter() - start
     row = {"steps/s": timed / elapsed, "timed_steps": timed, "training_steps": states[0].total_steps,
-           "estimate MiB": len(cfgs) * max(memory.needs(cfgs[0]).values()) / MIB}
+           "estimate MiB": estimate(cfgs) / MIB}
     if compiled and cudagraph_skips() > skips:  # inductor compiled the step but would not capture it (its log says why)
         row["status"] = f"ok, CUDA graphs skipped {cudagraph_skips() - skips}x"
     if device == "cuda":
@@ -115,6 +118,26 @@ def measure(cfgs: list, warmup: int, steps: int, seconds: float, count_ops: bool
                 step()
         row |= {"ops/step": counter.total / len(phases), "syncs/step": sum(counter.syncs.values()) / len(phases)}
     return row
+
+
+def estimate(cfgs: list) -> int:
+    """The packing planner's bytes for these members as one population (memory.needs(cfg, P), sweep/packing.py) at
+    the training batches' keys: a training step's peak."""
+    peaks, spec = memory.needs(cfgs[0], len(cfgs)), MODELS[cfgs[0].model.name]
+    return max(peaks[key] for key in spec.batch_sizes(cfgs[0].model, cfgs[0].optim))
+
+
+def warm_cublas(device: str) -> float:
+    """Make cuBLAS allocate its workspaces before the rows, so that no row counts them: torch keeps one per thread
+    that multiplies (the forward's and the autograd engine's), 32 MiB each on a Hopper GPU. The MiB they took."""
+    if device != "cuda":
+        return 0.0
+    before = torch.cuda.memory_allocated()
+    weight = torch.ones(8, 8, device=device, requires_grad=True)
+    ((weight @ weight).sum() + torch.nn.functional.linear(weight, weight, weight[0]).sum()).backward()  # mm, addmm
+    del weight
+    sync(device)
+    return (torch.cuda.memory_allocated() - before) / MIB
 
 
 def cudagraph_skips() -> int:
@@ -238,6 +261,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parse(argv)
     started = time.perf_counter()
     header = f"{machine(args.device)}; bench/gpu.py {' '.join(sys.argv[1:] if argv is None else argv)}"
+    if args.device == "cuda":
+        header += f"; cuBLAS workspaces {warm_cublas(args.device):.0f} MiB, allocated before the rows"
     print(header, table([]), sep="\n", flush=True)
     plan = [(model, P, "eager") for model in BENCHED for P in args.members]  # the eager rows first: the cheap ones
     plan += [(model, P, "cuda graphs") for model in BENCHED for P in args.members if P in args.graph_members]

@@ -4,7 +4,7 @@ against the same 64 trained one by one; optionally for an older revision beside 
 
     .venv/bin/python bench/packed_step.py                          # debug and paper transformer configs
     .venv/bin/python bench/packed_step.py --against HEAD~12        # and the same for an older revision
-    python3 bench/packed_step.py --device cuda                     # on a GPU machine (torch + omegaconf)
+    python3 bench/packed_step.py --device cuda                     # on a GPU machine (torch, omegaconf, tqdm)
 
 Everything is measured through train_members, which older revisions have too, as the difference between a run of 2S
 steps and a run of S steps: both evaluate once, at their end, so setup and evaluation cancel and what is left is S

@@ -3,10 +3,11 @@ config's sweep trained as one population (train_members) against the same P trai
 
     .venv/bin/python bench/population.py                                  # transformer grid, 16 members, CPU
     .venv/bin/python bench/population.py --config configs/paper_theory_grid.yaml --members 64
-    python3 bench/population.py --device cuda --members 64                 # on a GPU machine (torch + omegaconf)
+    python3 bench/population.py --device cuda --members 64                 # on a GPU machine (see below)
 
-Needs torch and the project's pure-Python dependencies only (no Ray, Optuna or W&B), so it runs on a GPU machine
-where those cannot be installed. Prints trials per hour both ways, the achieved FLOP/s of the packed training (FLOPs
+Needs torch and three pure-Python packages only, omegaconf (with antlr4) and tqdm (trainables/train.py imports it),
+not Ray, Optuna or W&B, so it runs on a GPU machine where those cannot be installed (the .whl wheels, installed as
+bench/gpu.py says). Prints trials per hour both ways, the achieved FLOP/s of the packed training (FLOPs
 of one training step counted by torch's FlopCounterMode), and the time all the config's trainings would take packed
 at the measured rate; the last line is `speedup=<ratio>`.
 """

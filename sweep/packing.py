@@ -81,15 +81,21 @@ def chunks(group: list[dict], pack: int) -> list[list[dict]]:
 
 
 def check_memory(members: int, peaks: dict[str, int], cfg: config.Config, room: int, pack_setting: str) -> None:
-    """Fail before anything runs if `members` trained as one population (each needing `peaks`: bytes at the peak per
-    batch key, memory.needs(cfg)) exceed `room`, what Ray gives tasks on the cluster's largest node: naming the batch
+    """Fail before anything runs if `members` trained as one population (memory.needs(cfg, members); `peaks`: one
+    member's, memory.needs(cfg)) exceed `room`, what Ray gives tasks on the cluster's largest node: naming the batch
     key when one member alone cannot fit, else `pack_setting`."""
     memory.refuse_beyond(peaks, room, "the largest node has", cfg)
-    peak = max(peaks.values())
-    if members * peak > room:
-        raise ConfigError(pack_setting, f"{members} members per pack need about {members * peak / memory.GIB:.2f} "
-                                        f"GiB together, but the largest node has {room / memory.GIB:.2f} "
-                                        f"GiB for them; set it to at most {max(1, int(room // max(peak, 1)))}")
+    if members == 1:
+        return
+    peak = max(memory.needs(cfg, members).values())
+    if peak > room:
+        low, high = 1, members  # one member fits (above), all do not: bisect for the most that do
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if max(memory.needs(cfg, middle).values()) <= room else (low, middle)
+        raise ConfigError(pack_setting, f"{members} members per pack need about {peak / memory.GIB:.2f} GiB "
+                                        f"together, but the largest node has {room / memory.GIB:.2f} GiB for them; "
+                                        f"set it to at most {low}")
 
 
 def members_per_pack(section, n_members: int, slots: int, group_size: int = 1) -> int:

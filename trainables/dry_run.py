@@ -3,9 +3,9 @@ against the contracts the rest of headsweep relies on. A plugin that breaks one 
 `task.name` or `model.name` and what is wrong, before an output directory exists, instead of every trial failing.
 
 Checked once per (task, model) pair in a process (`check`, from config validation): `sample()` of every split
-returns a Batch of the right shapes, dtypes and ranges, and so does the batch_sampler of a task that has one; the
-model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right shape; an evaluation reports
-the task's success metric and only numbers, and so does the task's summary of a run.
+returns a Batch of the right shapes, dtypes and ranges, and so does the batch_sampler of a task that has one (no wider
+than its batch_width); the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right
+shape; an evaluation reports the task's success metric and only numbers, and so does the task's summary of a run.
 
 The same run, with the final readout, names the final metrics a trial of the config reports (`reported_metrics`:
 what train() returns, held equal to it by tests/unit/test_dry_run.py), so that a search refuses a misspelt success
@@ -120,6 +120,10 @@ def check_batch_sampler(task, cfg, d_vocab: int, n_ctx: int, d_in: int | None = 
     check_batch(both.member(1), what, d_vocab, n_ctx, task.query_only(cfg.task), d_in)
     require(("task.name", torch.equal(both.member(1).model_input, alone.member(0).model_input),
              f"{what}: a member's batch depends on the members drawn with it (draw each one's from its own stream)"))
+    width = _call("task.name", f"{task.name}: batch_width()", task.batch_width, cfg.task)
+    require(("task.name", both.tokens.shape[2] <= width <= n_ctx,
+             f"{what}: {both.tokens.shape[2]} positions, but batch_width() says {width} (at most n_ctx = {n_ctx}), "
+             "what the memory estimate weighs"))
 
 
 def check_batch(batch, what: str, d_vocab: int, n_ctx: int, query_only: bool, d_in: int | None = None) -> None:

@@ -2,43 +2,162 @@
 large for the machine is one line of bad input naming its key, not a kernel's out-of-memory kill after the output
 directory exists.
 
-The estimate is deliberately rough and on the high side (the models' activation_floats); it only has to tell a
-config that cannot fit from one that can, and is compared with what the device has available right now.
+`needs(cfg, members)` is the peak, per batch key, of the tensors a trial of `members` such members trained as one
+population holds (sweep/packing.py asks it for a pack; 1: a trial of one). It counts
+- every member's parameters and buffers, their gradients and the optimizer's moments (Adam's two), and in a
+  population its slice of the stacked parameters beside its own module's;
+- every member's evaluation sets, kept for the whole run;
+- for a training batch's key, every member's batch and what its step holds per sequence at the peak beyond it: the
+  activations autograd saves and the gradients and temporaries alive beside them, for sequences as wide as the
+  training batch's (Task.batch_width), measured on the CPU (vmapped over two members for a population) unless the
+  model gives a formula (ModelSpec.activation_floats, weighed at n_ctx positions);
+- for an evaluation split's key, one member's forward over all of that split's sequences at once, without gradients
+  (train_members evaluates its members in turn), measured the same way at n_ctx positions (an upper bound where a
+  task's evaluation sequences are shorter: 1.4x for configs/transformer_grid.yaml's).
+
+It is the honest number, not a bound with a margin in it: 0.95-1.03 of the peak torch measured on an H200 for
+bench/gpu.py's eager rows (the first row's cuBLAS workspaces aside; docs/PERFORMANCE.md), 0.92-1.07 of the whole
+packed step measured on the CPU (tests/unit/test_memory.py holds it within 25%, bench/memory_estimate.py at the GPU's
+sizes). Not counted: what a process holds once whatever it trains (the CUDA context, outside torch's allocator;
+cuBLAS's workspaces, 32 MiB per thread that multiplies on a Hopper GPU, the forward's and the backward's), the caching
+allocator's rounding (a block is a multiple of 512 bytes, and may be a larger free block left unsplit) and its
+fragmentation, the draws' temporaries (a training batch's, below its step's peak in every config measured; the
+evaluation sets', once at the start), and a task's metrics' own temporaries during an evaluation. CUDA graphs
+(optim.compile=reduce-overhead) hold a memory pool of their own: on the H200 61 MiB against 1.2 MiB eager for one
+trigger-copy transformer, 175 against 80 MiB for 64, 7,959 against 8,826 MiB for 64 regression transformers.
 """
 from __future__ import annotations
 
 import os
+from itertools import chain
 from pathlib import Path
 
 import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
 
 from trainables.errors import ConfigError
-from trainables.models import MODELS
+from trainables.live_bytes import LiveBytes
+from trainables.models import MODELS, build_model
+from trainables.population import scored_loss
 from trainables.tasks import task_of
 
 FLOAT_BYTES = 4
-BATCH_TENSORS_BYTES = 4 * 8  # tokens, targets, labels (int64) and the loss mask, per position
+TOKEN_POSITION_BYTES = 3 * 8 + 1  # a token task's batch per position: tokens, targets, labels (int64), the loss mask
+QUERY_BYTES = 8  # per sequence, where one position is scored: its index (int64)
+MOMENTS = {"adam": 2, "adamw": 2}  # optimizer state per parameter, in parameters (SGD has none)
 GIB = 2 ** 30
 
 
-def needs(cfg) -> dict[str, int]:
-    """Config key -> bytes at the peak its batch causes: each training batch, and each evaluation split (its
-    sequences kept for the whole run plus one forward over all of them at once)."""
+def needs(cfg, members: int = 1) -> dict[str, int]:
+    """Config key -> bytes at the peak its batch causes in a trial of `members` members of this config trained as
+    one population: each training batch's step (every member's at once) and each evaluation split's forward (one
+    member's)."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
     d_vocab, n_ctx = task.dims(cfg.task)
     d_in = task.input_width(cfg.task)
-    scored = 1 if task.query_only(cfg.task) else n_ctx
-    # A continuous task's positions also hold its inputs and real-valued targets.
-    per_position = BATCH_TENSORS_BYTES + (0 if d_in is None else FLOAT_BYTES * (d_in + d_vocab))
-    activations = spec.activation_floats(cfg.model, d_vocab, n_ctx, scored, **({} if d_in is None else {"d_in": d_in}))
-    per_sequence = FLOAT_BYTES * activations + per_position * n_ctx
-    # A training step keeps the forward's activations and their gradients.
-    peaks = {key: 2 * n * per_sequence for key, n in spec.batch_sizes(cfg.model, cfg.optim).items()}
+    width, query_only = task.batch_width(cfg.task), task.query_only(cfg.task)
+
+    def sequence(T: int) -> int:  # a batch's bytes per sequence of T positions
+        position = TOKEN_POSITION_BYTES if d_in is None else 2 * 8 + 1 + FLOAT_BYTES * (d_in + d_vocab)
+        return position * T + QUERY_BYTES * query_only
+
+    copies = 2 + (members > 1) + (MOMENTS.get(cfg.optim.name, 0) if spec.uses_optim else 0)
     n_other_splits = len(task.eval_splits(cfg.task)) - 1
-    kept = per_position * n_ctx * (cfg.eval.n_id + n_other_splits * cfg.eval.n_ood)
-    peaks["eval.n_id"] = cfg.eval.n_id * per_sequence
-    peaks["eval.n_ood"] = cfg.eval.n_ood * per_sequence
-    return {key: peak + kept for key, peak in peaks.items()}
+    held = members * (copies * FLOAT_BYTES * parameter_floats(cfg)
+                      + cfg.eval.n_id * sequence(width) + n_other_splits * cfg.eval.n_ood * sequence(n_ctx))
+    step = sequence(width) + FLOAT_BYTES * activation_floats(cfg, width, members)
+    peaks = {key: members * n * step for key, n in spec.batch_sizes(cfg.model, cfg.optim).items()}
+    evaluation = FLOAT_BYTES * activation_floats(cfg, n_ctx, training=False)
+    peaks |= {key: n * evaluation for key, n in (("eval.n_id", cfg.eval.n_id), ("eval.n_ood", cfg.eval.n_ood))}
+    return {key: int(held + peak) for key, peak in peaks.items()}
+
+
+def activation_floats(cfg, width: int, members: int = 1, training: bool = True) -> float:
+    """What one member's training step (or evaluation forward) holds per sequence of `width` positions at its peak
+    beyond the batch, in float32-sized units, in a population of `members`: the model's own activation_floats (at
+    n_ctx positions; for an evaluation too, an upper bound), or else measured (measured_floats)."""
+    task, spec = task_of(cfg), MODELS[cfg.model.name]
+    d_vocab, n_ctx = task.dims(cfg.task)
+    d_in, query_only = task.input_width(cfg.task), task.query_only(cfg.task)
+    own = spec.activation_floats(cfg.model, d_vocab, n_ctx, 1 if query_only else n_ctx,
+                                 **({} if d_in is None else {"d_in": d_in}))
+    if own is not None:
+        return own
+    return measured_floats(spec, cfg.model, d_vocab, n_ctx, d_in, width, query_only, min(members, 2), training)
+
+
+def measured_floats(spec, model_cfg, d_vocab: int, n_ctx: int, d_in: int | None, width: int, query_only: bool,
+                    members: int = 1, training: bool = True) -> float:
+    """activation_floats measured on the CPU, once per config and shape in a process: a forward and backward of the
+    model's loss (or its evaluation forward) on 2 and on 4 sequences of `width` positions, of one member or vmapped
+    over `members`; the bytes alive after each operation compared (trainables/live_bytes.py): their largest growth
+    per sequence. Tens of milliseconds for the built-in configs."""
+    key = (id(spec), repr(model_cfg), d_vocab, n_ctx, d_in, width, query_only, members, training)
+    if key not in _measured:
+        with torch.random.fork_rng(devices=[]):
+            model = build_model(spec, model_cfg, d_vocab, n_ctx, d_in)
+        run = lambda n: _live(model, n, width, query_only, d_vocab, d_in, members, training)
+        small, large = run(2), run(4)
+        if len(small.timeline) == len(large.timeline):  # the same operations: compare them one by one
+            growth = max(b - a for a, b in zip(small.timeline, large.timeline)) / (2 * members)
+        else:  # other operations at other sizes (none of the built-ins'): the peaks at larger sizes
+            small, large = run(8), run(16)
+            growth = (large.peak - small.peak) / (8 * members)
+        _measured[key] = growth / FLOAT_BYTES
+    return _measured[key]
+
+
+_measured: dict[tuple, float] = {}  # measured_floats, per model config and shape
+
+
+def _live(model: nn.Module, n: int, width: int, query_only: bool, d_out: int, d_in: int | None, members: int,
+          training: bool) -> LiveBytes:
+    """The bytes alive during one forward and backward of the model's loss (population.scored_loss) on n sequences
+    of `width` zeros, of each of `members` > 1 stacked copies of the model at once, vmapped; or during one evaluation
+    forward (run_with_cache, and the float64 copy of its outputs train.loss_and_accuracy makes). Neither the batch
+    nor the parameters count, as they are made before it."""
+    lead = (members, n) if members > 1 else (n,)
+    model_input = torch.zeros(*lead, width, dtype=torch.long) if d_in is None else torch.zeros(*lead, width, d_in)
+    targets = torch.zeros(*lead, width, dtype=torch.long) if d_in is None else torch.zeros(*lead, width, d_out)
+    query = torch.full(lead, width - 1) if query_only else None
+    mask = torch.ones(*lead, width, dtype=torch.bool)
+    model.train(training)
+    if not training:
+        with torch.no_grad(), LiveBytes() as live:
+            logits, cache = model.run_with_cache(model_input, query)
+            logits.double()
+        return live
+    if members > 1:
+        params, buffers = stack_module_state([model] * members)
+
+        def member_loss(params, buffers, model_input, query, targets, mask):
+            run = lambda model_input, query: functional_call(model, (params, buffers), (model_input, query))
+            return scored_loss(run, model_input, query, targets, mask)[0]
+
+        loss = lambda: vmap(member_loss, in_dims=(0, 0, 0, 0 if query_only else None, 0, 0))(
+            params, buffers, model_input, query, targets, mask).sum()
+    else:
+        loss = lambda: scored_loss(model, model_input, query, targets, mask)[0]
+    model.zero_grad(set_to_none=True)
+    with LiveBytes() as live:
+        loss().backward()
+    return live
+
+
+def parameter_floats(cfg) -> int:
+    """The elements of the model's parameters and buffers, counted on the model built on the CPU, once per config and
+    shape in a process (on the meta device, torch would import torch._dynamo: seconds)."""
+    task, spec = task_of(cfg), MODELS[cfg.model.name]
+    key = (id(spec), repr(cfg.model), task.dims(cfg.task), task.input_width(cfg.task))
+    if key not in _parameters:
+        with torch.random.fork_rng(devices=[]):
+            model = build_model(spec, cfg.model, *key[2], key[3])
+        _parameters[key] = sum(t.numel() for t in chain(model.parameters(), model.buffers()))
+    return _parameters[key]
+
+
+_parameters: dict[tuple, int] = {}  # parameter_floats, per model config and shape
 
 
 def available(device: str) -> int:

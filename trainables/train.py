@@ -200,6 +200,7 @@ def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[s
         logits, cache = model.run_with_cache(batch.model_input, batch.query)
         result |= loss_and_accuracy(*scored(logits, batch), prefix)
         result |= task.metrics(cfg.task, prefix, batch, logits, cache)
+        del logits, cache  # before the next split's forward, not during it (trainables/memory.py weighs one)
     result |= task.weight_metrics(cfg.task, readouts.matrices(model))
     value = result.get(task.success_metric, math.nan)  # present: see dry_run.py
     result["ood/success"] = float(margin(value, cfg.eval.threshold, task.success_above) >= 0)

@@ -88,12 +88,12 @@ def test_a_gpu_request_on_a_cluster_without_gpus_fails_before_anything_runs(tmp_
     assert not out.exists()
 
 
-# More members of about 1 GiB each (optim.batch_size=20000 of configs/debug.yaml) than this machine has GiB in all.
+# More members of about 1 GiB each (optim.batch_size=90000 of configs/debug.yaml) than this machine has GiB in all.
 MEMBERS_BEYOND_MEMORY = psutil.virtual_memory().total // 2**30 + 2
 
 
 @pytest.mark.parametrize("pack, batch_size, refusal", [
-    (MEMBERS_BEYOND_MEMORY, 20_000, f"sweep.pack: {MEMBERS_BEYOND_MEMORY} members per pack need about"),  # each fits
+    (MEMBERS_BEYOND_MEMORY, 90_000, f"sweep.pack: {MEMBERS_BEYOND_MEMORY} members per pack need about"),  # each fits
     (1, 100_000_000, "optim.batch_size: a training run needs about"),  # not even one
 ])
 def test_a_trial_or_packed_population_too_large_for_the_memory_fails_before_anything_runs(tmp_path, pack, batch_size,

@@ -114,12 +114,15 @@ def test_the_dry_run_names_a_continuous_task_whose_targets_are_not_real_valued()
 
 def test_the_memory_estimate_weighs_a_continuous_tasks_inputs_and_targets(monkeypatch):
     """Each position of a batch holds d_in inputs and d_out targets (float32) beside tokens, labels and the mask:
-    63 more inputs per position weigh 4 x 63 bytes more in every kept sequence and in the peak's own batch."""
+    63 more inputs per position weigh 4 x 63 bytes more in every kept evaluation sequence and in every sequence of the
+    training batch (and the model's W_in more)."""
     narrow = memory.needs(cfg_of())
     monkeypatch.setattr(RunningMean, "input_width", lambda self, cfg: 64)
     wide = memory.needs(cfg_of())
-    T, n_id, n_ood = 6, 64, 64
-    assert wide["eval.n_id"] - narrow["eval.n_id"] == 4 * 63 * T * (n_id + n_id + n_ood)
+    T, n_id, n_ood, batch = 6, 64, 64, 32
+    kept = 4 * 63 * T * (n_id + n_ood)
+    assert wide["eval.n_id"] - narrow["eval.n_id"] >= kept
+    assert wide["optim.batch_size"] - narrow["optim.batch_size"] >= kept + 4 * 63 * T * batch
 
 
 def test_the_tutorials_continuous_task_is_the_file_the_tests_run():

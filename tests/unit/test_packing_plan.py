@@ -51,15 +51,18 @@ def test_auto_packing_rounds_up_to_whole_candidates():
 
 @pytest.mark.parametrize("name, vectorized", [("debug.yaml", True), ("debug_grid.yaml", False)])
 def test_a_population_larger_than_the_largest_node_holds_is_refused_naming_the_pack_setting(name, vectorized):
-    """A transformer's pack trains as one population: 4 members need 4 members' memory. The one-step model's members
-    run one after another in their trial: any pack fits where one member does."""
+    """A transformer's pack trains as one population: 4 members need what memory.needs(cfg, 4) says (every member's
+    step at once, one member's evaluation at a time). The one-step model's members run one after another in their
+    trial: any pack fits where one member does."""
     base_dict = config.to_dict(config.load(CONFIGS / name, []))
     members = packing.members([{"seed": seed} for seed in range(4)], OutDir(Path("/nonexistent")))
-    one = max(memory.needs(config.with_point(base_dict, {"seed": 0})).values())  # bytes at one member's peak
-    assert len(packing.plan(base_dict, members, 4, 0, room=4 * one)) == 1
+    cfg = config.with_point(base_dict, {"seed": 0})
+    peak = lambda count: max(memory.needs(cfg, count).values())  # bytes at the peak of `count` members as one
+    assert len(packing.plan(base_dict, members, 4, 0, room=peak(4))) == 1
     if not vectorized:
-        assert len(packing.plan(base_dict, members, 4, 0, room=one)) == 1
+        assert len(packing.plan(base_dict, members, 4, 0, room=peak(1))) == 1
         return
+    assert peak(1) < peak(3) < peak(4) < 4 * peak(1)  # the evaluation's peak is one member's
     with pytest.raises(ConfigError, match="set it to at most 3") as info:
-        packing.plan(base_dict, members, 4, 0, room=3 * one, pack_setting="search.pack")
+        packing.plan(base_dict, members, 4, 0, room=peak(3), pack_setting="search.pack")
     assert info.value.key == "search.pack"

@@ -13,7 +13,6 @@ Every model module offers, TransformerLens-style:
 """
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from trainables.optim import OptimConfig, Phase
@@ -47,18 +46,13 @@ class ModelSpec:
         """The config key of each training batch -> its size (what trainables/memory.py weighs)."""
         return {"optim.batch_size": optim.batch_size}
 
-    def activation_floats(self, cfg, d_vocab: int, n_ctx: int, scored: int, d_in: int | None = None) -> float:
-        """Floats a forward pass keeps per sequence of n_ctx positions (`scored` of them unembedded): a rough upper
-        bound of the activations autograd holds, for trainables/memory.py (which passes `d_in=` for a continuous
-        task). By default measured: what autograd saves for a forward of two sequences minus one (the weights it
-        saves are no sequence's), once per config."""
-        key = (id(self), repr(cfg), d_vocab, n_ctx, scored, d_in)
-        if key not in _measured:
-            with torch.random.fork_rng(devices=[]):
-                model = build_model(self, cfg, d_vocab, n_ctx, d_in)
-            saved = [_saved_floats(model, n, n_ctx, scored == 1, d_in) for n in (1, 2)]
-            _measured[key] = float(saved[1] - saved[0])
-        return _measured[key]
+    def activation_floats(self, cfg, d_vocab: int, n_ctx: int, scored: int, d_in: int | None = None) -> float | None:
+        """Optional, for trainables/memory.py (which passes `d_in=` for a continuous task): what a training step
+        holds per sequence of n_ctx positions (`scored` of them scored; 1: at a query) at its peak beyond the batch,
+        in float32-sized units of 4 bytes: the activations autograd saves and what is alive beside them there (a
+        backward's gradients, a forward's temporaries). None, the default: memory.py measures it, on the CPU, once
+        per config and shape, for sequences as wide as the training batch's (Task.batch_width)."""
+        return None
 
     def figures(self, arrays: dict) -> dict:
         """Media key -> Figure of the model's weights saved in attention.npz (the report)."""
@@ -73,26 +67,6 @@ def build_model(spec: ModelSpec, cfg, d_vocab: int, n_ctx: int, d_in: int | None
     """spec.build for a task's dims, with the input width of a continuous task (Task.input_width) as the keyword
     `d_in`; a token task's model is built as before, so a model plugin that reads tokens needs no `d_in`."""
     return spec.build(cfg, d_vocab, n_ctx) if d_in is None else spec.build(cfg, d_vocab, n_ctx, d_in=d_in)
-
-
-_measured: dict[tuple, float] = {}  # ModelSpec.activation_floats' measurements, per model config and shape
-
-
-def _saved_floats(model: nn.Module, n: int, n_ctx: int, at_query: bool, d_in: int | None = None) -> int:
-    """Elements of the tensors autograd saves, plus the logits, for one forward of n sequences of n_ctx tokens (or
-    of n_ctx continuous inputs of width d_in)."""
-    saved = 0
-
-    def count(tensor: torch.Tensor) -> torch.Tensor:
-        nonlocal saved
-        saved += tensor.numel()
-        return tensor
-
-    model_input = torch.zeros(n, n_ctx, dtype=torch.long) if d_in is None else torch.zeros(n, n_ctx, d_in)
-    query = torch.full((n,), n_ctx - 1) if at_query else None
-    with torch.autograd.graph.saved_tensors_hooks(count, lambda tensor: tensor):
-        logits, _ = model.run_with_cache(model_input, query)
-    return saved + logits.numel()
 
 
 # The built-ins, named as a plugin package names its models in its entry points (trainables/registry.py).

@@ -129,10 +129,6 @@ class OneStepSpec(ModelSpec):
     def batch_sizes(self, cfg: OneStepConfig, optim) -> dict[str, int]:
         return {"model.n_samples_V": cfg.n_samples_V, "model.n_samples_KQ": cfg.n_samples_KQ}
 
-    def activation_floats(self, cfg: OneStepConfig, d_vocab: int, n_ctx: int, scored: int) -> float:
-        # No one-hot X: the 3-hot indices (int64) and weights, the scores and the attention (T,) and the logits.
-        return 12 * n_ctx + 3 * d_vocab
-
     def phases(self, cfg: OneStepConfig, optim, model: OneStepModel) -> list[Phase]:
         """Algorithm 1: from W_KQ = W_V = 0, one plain gradient step on W_V, then one on W_KQ at the new W_V, each
         on fresh samples. Plain SGD without momentum makes each step exactly W <- W - eta * grad."""

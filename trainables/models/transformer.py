@@ -238,16 +238,5 @@ class TransformerSpec(ModelSpec):
              f"rotary needs an even key width, got {d_key} (change model.d_head or model.d_model)"),
         )
 
-    def activation_floats(self, cfg: TransformerConfig, d_vocab: int, n_ctx: int, scored: int,
-                          d_in: int | None = None) -> float:
-        # Per layer: scores and pattern (H, T, T), queries, keys, values and the heads' outputs (H, T, d_head) and two
-        # residual-width tensors; the MLP's hidden layer twice (4 d_model), layer norms once each. Within 1.5x of
-        # the peak resident memory measured on configs/debug.yaml (bench-free check: tests/unit/test_memory.py).
-        d_model = residual_width(cfg, d_vocab, n_ctx)
-        H, T, d_head = cfg.n_heads, n_ctx, head_width(cfg, d_model)
-        layer = 2 * H * T * T + 4 * H * T * d_head + 2 * T * d_model
-        layer += 8 * T * d_model * cfg.mlp + 2 * T * d_model * cfg.layer_norm
-        return T * d_model + cfg.n_layers * layer + 3 * scored * d_vocab
-
 
 SPEC = TransformerSpec()

@@ -189,6 +189,11 @@ class Task:
         """Whether every batch scores exactly one position per sequence (Batch.query is set)."""
         return False
 
+    def batch_width(self, cfg) -> int:
+        """Positions of a training batch (the width batch_sampler pads its draws to): what trainables/memory.py
+        weighs a training step's sequences at. By default dims()'s n_ctx, the longest any sequence can be."""
+        return self.dims(cfg)[1]
+
     # --- data ---------------------------------------------------------------------------------------------------
     def sample(self, cfg, n: int, generator: torch.Generator, split: str = "train") -> Batch:
         """n sequences of `split`, drawn only from `generator`, right-padded to the longest (training pads batches of

@@ -69,6 +69,9 @@ class BigramTrigger(Task):
     def dims(self, cfg: BigramTriggerConfig) -> tuple[int, int]:
         return of(cfg).vocab_size, max(cfg.seq_len, cfg.test_len)
 
+    def batch_width(self, cfg: BigramTriggerConfig) -> int:
+        return cfg.seq_len  # the long split's test_len is for evaluation only
+
     def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
         return sample(cfg, n, generator, split, pad_to)
 

@@ -62,6 +62,9 @@ class TriggerCopy(Task):
     def query_only(self, cfg: TriggerCopyConfig) -> bool:
         return True
 
+    def batch_width(self, cfg: TriggerCopyConfig) -> int:
+        return 2 * max(distribution(cfg.lengths, cfg.n_triggers)) + 3  # train_sampler's: T = 2l + 3 at the longest l
+
     def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
         return sample(cfg, n, generator, split, pad_to)
 

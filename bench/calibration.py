@@ -1,110 +1,121 @@
-"""Calibration of the threshold search: one experiment repeated many times on a task whose seeds pass with a known
-probability p(K), through the real samplers (sweep/search/bisection.py) on in-memory Optuna studies, asked and told
-as the search loop does. Beside it, the older protocol on the same shapes: bisection with all of 2 seeds passing,
-re-checked with 2 more.
+"""Calibration of the threshold search on a bank of success curves whose answer is known: one slice's search repeated
+many times, seeds drawn as Bernoulli(p(K)), through the sampler's own decision (ThresholdSampler.decide: the
+settled check, the budget and allocation.choose, exactly as ThresholdSampler.next runs them on a study's counts), to
+the default budget and then on with --extend to 3x it, as `headsweep search --extend` continues a stopped search.
 
-    .venv/bin/python bench/calibration.py [--repeats 200] [--seed 0]   (~4 min on 2 CPU cores)
+    .venv/bin/python bench/calibration.py --repeats 1000 --workers 2            # the whole bank (about 35 min)
+    .venv/bin/python bench/calibration.py --repeats 200 --sizes 32 --confidence 0.95
 
-Per shape: the true K*_q (q = 1/2), how often the interval held it (coverage, with its own 95% Clopper-Pearson
-interval), the interval's median width in knob steps, seed trainings per slice (median and max), how often the
-point estimate was the true value; for bisection, how often its answer was the true value and how many trainings it
-spent. The shapes: sharp (the one-step model's), noisy (a slow rise), a plateau below 1 (seeds that stall), and a
-plateau below q (no value reaches it: the answer is "beyond the widest").
+Per curve, knob size and confidence: the true K*_q (q = 1/2), how often the interval held it (coverage, with its own
+95% Clopper-Pearson interval), the interval's median width in knob steps (an open interval counts to "none", one
+step past the widest value), the median trainings, the share of open intervals, and the share of slices that
+stopped settled, at the budget and at 3x. Curves (p at knob index i of m, crossing near 0.4 m): sharp (0 then 1),
+noisy (logistic, scale 2 steps), shallow (scale 4 and 8 steps), plateaus at 0.4, 0.45, 0.48 (no value reaches q:
+the answer is "none") and 0.55, 0.6 (a rise to the plateau), and p(K*) = q exactly (a logistic through q at K*).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
+import multiprocessing
 import time
 
 import numpy as np
-import optuna
 from scipy import stats
 
 from sweep.search import bisection
 
-KEY = "knob"
-Q, CONFIDENCE, BATCH, RESOLUTION, BUDGET = 0.5, 0.95, 3, 1.0, 40  # the search's defaults
-SHAPES = {  # p(K) at 12 knob values
-    "sharp": [0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
-    "noisy": [0, 0, .05, .1, .2, .35, .45, .6, .75, .85, .95, 1],
-    "plateau below 1": [0, 0, 0, .1, .3, .55, .65, .7, .7, .7, .7, .7],
-    "plateau below q": [0, 0, 0, .1, .2, .3, .35, .4, .4, .4, .4, .4],
-}
+Q, BATCH, RESOLUTION, BUDGET, EXTEND = 0.5, 3, 1.0, 40, 80  # the search's defaults; --extend to 3x the budget
+PLATEAUS = (0.4, 0.45, 0.48, 0.55, 0.6)
 
 
-def true_star(p: list[float], q: float = Q) -> int:
+def bank(m: int) -> dict[str, np.ndarray]:
+    """The curves at a knob of m values (the review's p(K) = top / (1 + exp(-(K - c) / s)), c between two values)."""
+    i = np.arange(m, dtype=float)
+    centre = round(0.4 * m) - 0.5
+    logistic = lambda scale, c=centre: 1.0 / (1.0 + np.exp(-(i - c) / scale))
+    curves = {"sharp": (i > centre).astype(float), "noisy (s=2)": logistic(2), "shallow (s=4)": logistic(4),
+              "shallow (s=8)": logistic(8)}
+    curves |= {f"plateau {h}": np.minimum(logistic(2), h) for h in PLATEAUS}
+    curves["p(K*) = q"] = logistic(2, centre + 0.5)
+    return curves
+
+
+def true_star(p: np.ndarray, q: float = Q) -> int:
     """The index of K*_q; len(p) where no value reaches q."""
     return next((i for i, v in enumerate(p) if v >= q), len(p))
 
 
-def run(sampler, p: list[float], seeds: int, rng: np.random.Generator) -> optuna.Study:
-    """One search of one slice: ask the sampler's value, draw `seeds` (or the threshold sampler's batch) Bernoulli
-    outcomes there, tell them as loop.tell does, until the sampler has nothing left to ask."""
-    study = optuna.create_study(direction="minimize", sampler=sampler)
-    distribution = {KEY: optuna.distributions.IntDistribution(0, len(p) - 1)}
-    while sampler.next(study) is not None:
-        trial = study.ask(distribution)
-        value = trial.params[KEY]
-        count = min(sampler.batch, sampler.seeds_left(study.trials)) if hasattr(sampler, "batch") else seeds
-        passed = int(rng.binomial(count, p[value]))
-        for name, attr in (("seed_list", list(range(count))), ("successes", passed), ("seeds", count),
-                           ("judged", count)):
-            trial.set_user_attr(name, attr)
-        study.tell(trial, float(value))
-    return study
+def search(p: np.ndarray, confidence: float, rng: np.random.Generator) -> list[tuple]:
+    """One slice's search to the budget, then --extend to 3x: (low, high, trainings, settled) at each stop."""
+    m = len(p)
+    sampler = bisection.ThresholdSampler("knob", list(range(m)), Q, confidence, BATCH, RESOLUTION, BUDGET)
+    passed, trained, evaluations, stops = np.zeros(m), np.zeros(m), 0, []
+    for budget in (BUDGET, BUDGET + EXTEND):
+        while (index := sampler.decide(passed, trained, evaluations, int(budget - trained.sum()))) is not None:
+            seeds = int(min(BATCH, budget - trained.sum()))
+            passed[index] += rng.binomial(seeds, p[index])
+            trained[index] += seeds
+            evaluations += 1
+        fit = sampler.fit_counts(passed, trained)
+        stops.append((fit.low, fit.high, int(trained.sum()), fit.settled(RESOLUTION)))
+    return stops
 
 
-def threshold_sampler(m: int) -> bisection.ThresholdSampler:
-    return bisection.ThresholdSampler(KEY, list(range(m)), Q, CONFIDENCE, BATCH, RESOLUTION, BUDGET)
-
-
-def calibrate(p: list[float], repeats: int, seed: int = 0) -> dict:
-    """Coverage, widths, trainings and exact answers of the threshold sampler over `repeats` searches."""
+def calibrate(p: np.ndarray, confidence: float, repeats: int, seed: int = 0) -> list[dict]:
+    """Coverage, widths and trainings over `repeats` searches, at the budget and at 3x."""
     rng, truth = np.random.default_rng(seed), true_star(p)
-    covered, widths, trainings, exact = 0, [], [], 0
-    for _ in range(repeats):
-        sampler = threshold_sampler(len(p))
-        study = run(sampler, p, 0, rng)
-        fit = sampler.fit(study.trials)
-        covered += fit.low <= truth <= fit.high
-        exact += fit.star == truth
-        widths.append(fit.width())
-        trainings.append(bisection.seeds_asked(study.trials))
-    low, high = stats.binomtest(covered, repeats).proportion_ci(0.95, method="exact")
-    return {"truth": truth, "coverage": covered / repeats, "coverage_low": low, "coverage_high": high,
-            "median_width": float(np.median(widths)), "median_trainings": float(np.median(trainings)),
-            "max_trainings": int(max(trainings)), "exact": exact / repeats}
+    runs = np.array([search(p, confidence, rng) for _ in range(repeats)], float)  # (repeats, 2 stops, 4)
+    rows = []
+    for stop, budget in enumerate((BUDGET, BUDGET + EXTEND)):
+        low, high, trainings, settled = runs[:, stop].T
+        covered = int(((low <= truth) & (truth <= high)).sum())
+        ci = stats.binomtest(covered, repeats).proportion_ci(0.95, method="exact")
+        rows.append({"truth": "none" if truth == len(p) else truth, "budget": budget, "coverage": covered / repeats,
+                     "coverage_low": ci.low, "coverage_high": ci.high, "width": float(np.median(high - low)),
+                     "trainings": float(np.median(trainings)), "open": float(np.mean(high == len(p))),
+                     "settled": float(np.mean(settled))})
+    return rows
 
 
-def all_pass(p: list[float], repeats: int, seed: int = 0) -> dict:
-    """The older protocol on the same shape: how often its answer is the true K*_q, and what it spends."""
-    rng, truth, exact, trainings = np.random.default_rng(seed), true_star(p), 0, []
-    for _ in range(repeats):
-        sampler = bisection.BisectionSampler(KEY, list(range(len(p))), 1.0)
-        study = run(sampler, p, 2, rng)
-        answer = bisection.minimal_value(list(range(len(p))), bisection.evidence(study.trials, KEY), 1.0)
-        exact += (len(p) if answer is None else answer) == truth
-        trainings.append(bisection.seeds_asked(study.trials))
-    return {"exact": exact / repeats, "median_trainings": float(np.median(trainings))}
+def _task(args: tuple) -> list[dict]:
+    name, m, confidence, repeats, seed = args
+    start = time.perf_counter()
+    rows = calibrate(bank(m)[name], confidence, repeats, seed)
+    return [{"curve": name, "m": m, "confidence": confidence, "seconds": time.perf_counter() - start} | r
+            for r in rows]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=1000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[12, 32, 59, 256])
+    parser.add_argument("--confidence", type=float, nargs="+", default=[0.95, 0.8])
+    parser.add_argument("--curves", nargs="+", default=None, help="names from the bank (default: all)")
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--csv", default=None, help="also write every row here")
     args = parser.parse_args()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    print(f"q = {Q}, confidence {CONFIDENCE}, batch {BATCH}, resolution {RESOLUTION} step, budget {BUDGET} trainings, "
-          f"{args.repeats} repeats per shape")
-    print(f"{'shape':<17} {'K*':>3} {'coverage [95% CI]':>21} {'width':>6} {'trainings':>10} {'exact':>6}   "
-          f"{'all-pass exact':>14} {'trainings':>10}")
-    for name, p in SHAPES.items():
-        start = time.perf_counter()
-        c, b = calibrate(p, args.repeats, args.seed), all_pass(p, args.repeats, args.seed)
-        truth = "none" if c["truth"] == len(p) else c["truth"]
-        print(f"{name:<17} {truth:>3} {c['coverage']:>6.3f} [{c['coverage_low']:.3f}, {c['coverage_high']:.3f}] "
-              f"{c['median_width']:>6.1f} {c['median_trainings']:>5.0f} ({c['max_trainings']:>2}) {c['exact']:>6.2f}   "
-              f"{b['exact']:>14.2f} {b['median_trainings']:>10.0f}   ({time.perf_counter() - start:.0f} s)")
+    names = args.curves or list(bank(12))
+    tasks = [(n, m, c, args.repeats, args.seed) for c, m, n in itertools.product(args.confidence, args.sizes, names)]
+    print(f"q = {Q}, batch {BATCH}, resolution {RESOLUTION} step, budget {BUDGET} trainings then --extend {EXTEND} "
+          f"(3x), {args.repeats} repeats per curve; coverage needs >= confidence - 0.02")
+    print(f"{'conf':>4} {'m':>3} {'curve':<14} {'K*':>4} {'budget':>6} {'coverage [95% CI]':>21} {'width':>6} "
+          f"{'trainings':>9} {'open':>5} {'settled':>7}  check")
+    rows = []
+    with multiprocessing.Pool(args.workers) as pool:
+        for result in pool.imap(_task, tasks):
+            for r in result:
+                ok = "ok" if r["coverage"] >= r["confidence"] - 0.02 else "UNDER"
+                print(f"{r['confidence']:>4} {r['m']:>3} {r['curve']:<14} {r['truth']:>4} {r['budget']:>6} "
+                      f"{r['coverage']:>6.3f} [{r['coverage_low']:.3f}, {r['coverage_high']:.3f}] {r['width']:>6.1f} "
+                      f"{r['trainings']:>9.0f} {r['open']:>5.2f} {r['settled']:>7.2f}  {ok}", flush=True)
+            rows += result
+    under = [r for r in rows if r["coverage"] < r["confidence"] - 0.02]
+    print(f"{len(rows) - len(under)} of {len(rows)} rows at least nominal - 0.02")
+    if args.csv:
+        import pandas as pd
+        pd.DataFrame(rows).to_csv(args.csv, index=False)
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ def success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[
                    confidence: float | None = None) -> Figure:
     """A search's success curves (success_curve.csv) with its answers (min_diversity.csv): one panel per slice,
     columns the first slice key's values, rows the other keys' values. In each panel: p(K), the probability that a
-    seed trained at knob value K passes, as the model's posterior mean (line) and interval [p_low, p_high] (band);
+    seed trained at knob value K passes, its monotone estimate (line) and interval [p_low, p_high] (band);
     each value's seeds as a dot at passed / trained, its area growing with the seeds trained (none where nothing
     trained); q dashed; K*_q starred where the curve crosses q, and its interval [diversity_star_low,
     diversity_star_high] shaded. An interval reaching past the widest value runs into the grey "beyond" strip at the
@@ -259,7 +259,7 @@ def _success_panel(ax, points: pd.DataFrame, answer: pd.Series, knob: str, q: fl
     ax.text(sum(beyond) / 2, 0.2, "beyond", rotation=90, ha="center", va="center", fontsize="x-small", color="0.35")
     ax.fill_between(values, points["p_low"], points["p_high"], color="C0", alpha=0.22, linewidth=0,
                     label=f"p: {interval_label}")
-    ax.plot(values, points["p"], color="C0", linewidth=1.6, label="p: posterior mean")
+    ax.plot(values, points["p"], color="C0", linewidth=1.6, label="p: monotone estimate")
     trained = points["trained"].to_numpy(dtype=float)
     seen = trained > 0
     if seen.any():
@@ -275,7 +275,7 @@ def _success_panel(ax, points: pd.DataFrame, answer: pd.Series, knob: str, q: fl
     if not pd.isna(star):
         ax.plot(float(star), q, marker="*", markersize=13, color="C3", markeredgecolor="white", linestyle="",
                 zorder=4, label="K*")
-    elif not pd.isna(low) or pd.isna(high):  # the posterior median is past the widest value
+    elif not pd.isna(low) or pd.isna(high):  # the estimate is past the widest value
         ax.plot(sum(beyond) / 2, q, marker="*", markersize=13, markerfacecolor="white", markeredgecolor="C3",
                 linestyle="", zorder=4, label="K* past the widest value")
 

@@ -238,14 +238,18 @@ def _answer_legend(success: dict, axis: str, sampler: str | None) -> str:
     q, confidence = success.get("rate", 0.5), success.get("confidence", 0.95)
     level = f"{float(confidence):.0%}" if isinstance(confidence, (int, float)) else str(confidence)
     text = (f"diversity_star: K*_q, the smallest knob value at which a seed passes with probability at least "
-            f"q = {q} (posterior median; \u2013, blank in the CSV: past the widest value); diversity_star_low / "
-            f"_high: its {level} interval (high \u2013: it reaches past the widest value; low \u2013 too: the "
-            f"evidence puts K* past it); {axis} at K* and at the interval's ends (_low \u2264 _high; \u2013: "
-            "unbounded on that side); "
-            "widest_tried: the widest value trained; p_at_widest: p there with its interval; seeds: seeds trained "
-            "behind the answer; finished: False where the search stopped before the answer settled.")
-    if sampler == "bisection":
-        text += " bisection_star: the older all-seeds-pass protocol's own answer."
+            f"q = {q} (the smallest tried value whose monotone rate reaches q; \u2013, blank in the CSV: past the "
+            f"widest value); diversity_star_low / _high: its {level} interval, ends at values seeds were trained at "
+            f"(high \u2013: open, no value tried rules out 'none'; low \u2013 too: every value up to the widest is "
+            f"ruled out); {axis} at K* and at the interval's ends (_low \u2264 _high; \u2013: unbounded on that "
+            "side); widest_tried: the widest value trained; p_at_widest: p there with its interval; seeds: seeds "
+            "trained behind the answer; finished: False where the search stopped before the answer settled; stopped: "
+            "settled, budget, plateau near q (rates around the crossing within 0.15 of q: more seeds will not settle "
+            "it) or open; to_settle: about how many more trainings (--extend) would settle it at the current rates.")
+    if sampler not in (None, "threshold"):
+        text = (f"diversity_star: the {sampler} sampler's m-of-n answer, the smallest value at which the required "
+                "seeds succeeded with every wider value evaluated succeeding too; no interval (it trains the same "
+                "seeds at every value, which the interval's tests cannot treat as independent).")
     return f"<p>{html.escape(text)}</p>\n"
 
 

@@ -70,7 +70,12 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
         lines = [tables.for_terminal(table, [a.key for a in search.slices], axis).to_string(index=False),
                  f"K*_q: the smallest {search.knob.key} at which a seed passes ({search.success.metric} "
                  f"{search.success.direction} {search.success.threshold:g}) with probability >= "
-                 f"{search.success.rate:g}; [interval] at confidence {search.success.confidence:g}"]
+                 f"{search.success.rate:g}; [interval] at confidence {search.success.confidence:g}, its ends widths "
+                 "seeds were trained at ('beyond': no value tried rules out 'none')" if search.sampler == "threshold"
+                 else f"K*: the {search.sampler} sampler's m-of-n answer (the same seeds at every value: no interval)"]
+        note = tables.extend_note(table)
+        if note:
+            lines.append(note)
     lines.append(f"[{out}/{'best.csv' if search.minimize else 'min_diversity.csv'}, {out}/report.html]"
                  + (f" (local copy: {out.local})" if out.mirror else ""))
     return "\n".join(lines)

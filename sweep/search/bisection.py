@@ -193,20 +193,29 @@ class ThresholdSampler(_OneKnobSampler):
         self.confidence, self.batch, self.resolution, self.budget = confidence, batch, resolution, budget
 
     def fit(self, trials: list[FrozenTrial]) -> estimate.Estimate:
-        return estimate.fit(*counts(self.values, evidence(trials, self.key)), self.min_rate, self.confidence)
+        return self.fit_counts(*counts(self.values, evidence(trials, self.key)))
+
+    def fit_counts(self, passed, trained) -> estimate.Estimate:
+        return estimate.fit(passed, trained, self.min_rate, self.confidence)
 
     def seeds_left(self, trials: list[FrozenTrial]) -> int:
         return max(0, self.budget - seeds_asked(trials))
 
     def next(self, study: optuna.Study) -> int | None:
         trials = study.get_trials(deepcopy=False)
-        left = self.seeds_left(trials)
         passed, trained = counts(self.values, evidence(trials, self.key))
-        if not left or estimate.fit(passed, trained, self.min_rate, self.confidence).settled(self.resolution):
-            return None
+        evaluations = sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)
+                          and "seed_list" in t.user_attrs)
         guide = {v: verdict for v, verdict in (self.predicted or {}).items() if v in self.values}
-        guide_passed = np.array([float(guide.get(v) is True) for v in self.values])
-        guide_trained = np.array([float(v in guide) for v in self.values])
-        index = allocation.choose(passed + guide_passed, trained + guide_trained, min(self.batch, left),
-                                  self.min_rate, self.confidence)
-        return self.values[index]
+        pseudo = (np.array([float(guide.get(v) is True) for v in self.values]),
+                  np.array([float(v in guide) for v in self.values])) if guide else None
+        index = self.decide(passed, trained, evaluations, self.seeds_left(trials), pseudo)
+        return None if index is None else self.values[index]
+
+    def decide(self, passed, trained, evaluations: int, left: int, pseudo=None) -> int | None:
+        """The index of the value the next `batch` seeds go to, or None: the budget is spent or the interval settled.
+        What next() asks of the study's counts, and what bench/calibration.py drives directly."""
+        if left <= 0 or self.fit_counts(passed, trained).settled(self.resolution):
+            return None
+        return allocation.choose(allocation.Slice(passed, trained, evaluations, left), min(self.batch, left),
+                                 self.min_rate, self.confidence, pseudo)

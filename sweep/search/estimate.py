@@ -1,114 +1,165 @@
-"""A slice's success curve and its answer: K*_q, the smallest knob value at which a seed passes with probability at
-least q (search.success.rate), with an interval at search.success.confidence.
+"""A slice's answer: K*_q, the smallest knob value at which a seed passes with probability at least q
+(search.success.rate), with an interval at search.success.confidence, and the success curve p(K) behind it.
 
 A seed trained at the i-th knob value (in increasing diversity) passes with an unknown probability p_i. K*_q is
 defined by one crossing: p_i < q for every value below it, p_i >= q at it and above (a monotone p has one, and so does
-a curve that stalls on a plateau below 1; one that dips below q above K* breaks the assumption). The model assumes
-that and nothing more:
+a curve that stalls on a plateau below 1). The interval is the set of values that tests of that statement leave
+standing, so it is a statement about seeds, not about a prior:
 
-    K* ~ uniform over the m values and "none" (p < q at every value tried, index m);
-    given K* = k, each p_i is uniform on its side of q, [0, q) for i < k and [q, 1] for i >= k, independently;
-    each seed at value i passes with probability p_i.
+- "K* is at most h" holds once p_h >= q is shown: seeds at h pass more often than a coin of probability q would
+  let them, one-sided binomial test at level 0.7 x (1 - confidence) / 2 (`level`: the 0.7 leaves room for the
+  repeated looks of an adaptive search). "K* is above l" holds once p_l < q is shown the same way. The hypotheses
+  are nested ("K* > h" implies "K* > h'" for every h' < h), so by closed testing (Marcus, Peritz & Gabriel 1976)
+  the high end is the smallest tried value h such that every tried value from h up
+  passes its own test, and each test is made at the full level with no correction for how many values were tried:
+  the first false claim can only be made at one value, the tried value nearest K* on that side.
+- A test at value i pools the tried values next to it, on the side where the hypothesis speaks for them (below i
+  for "p_i >= q": under "K* > i" every value below i is below q too), until the pool holds `seeds_to_decide` seeds:
+  one value's own seeds once it has that many. Values with fewer seeds borrow their neighbours' (monotone pooling).
+- Ends are values seeds were trained at: the high end is a tried value, or the interval is open past the widest
+  value tried ("none" stays in it); the low end is the tried value above the widest value ruled out, or that ruled-out
+  value itself when the next one was never tried (the end moves outward, never into a block of untried values), or
+  the smallest value when nothing was ruled out. With no data the interval is every value and "none".
 
-A value with s seeds passed and f failed then contributes, with the Beta function B = B(s + 1, f + 1) common to both
-sides (so it cancels):
-    below q:  P(s, f | p_i < q)  ∝ I_q(s + 1, f + 1) / q
-    above q:  P(s, f | p_i >= q) ∝ I_(1-q)(f + 1, s + 1) / (1 - q)
-(I the regularised incomplete beta function), and log P(data | K* = k) is a prefix sum of the first plus a suffix sum
-of the second. The exact posterior over K* costs a few microseconds, so allocation.py can refit it for every outcome
-it weighs. The interval is the equal-tailed credible set of K* (at most (1 - confidence) / 2 of the posterior below
-`low`, at most that above `high`); its coverage over repeated experiments is measured, not assumed
-(bench/calibration.py, docs/SCIENCE.md).
-
-Why not a parametric psychometric function (psignifit's sigmoid with guess and lapse rates): near a diversity
-threshold seeds stall, plateau or learn another solution, and the curve need not be a sigmoid in K or in any axis we
-could name; the one-crossing model needs no axis and no shape. Why not isotonic regression with binomial intervals:
-the answer is a knob value, and its interval should be one statement about it, not m intervals about p.
+The tests are exact for a fixed design; the search chooses where seeds go from earlier outcomes and stops when the
+interval is narrow, which fixed-design tests do not account for. Their coverage under the search's real allocation
+and stopping (and --extend) is measured on a bank of known curves, not assumed: bench/calibration.py,
+docs/SCIENCE.md. Why not the Bayesian posterior this replaced (one crossing, p uniform on each side of q): on curves
+that sit near q its uniform prior made 3 of 3 seeds at p = 0.48 worth odds of 15 to 1 for "p >= q", so plateaus just
+below q lost "none" from the interval in most runs, and an untried block's flat posterior put ends where no seed was
+trained. Why not a parametric psychometric fit: near a diversity threshold seeds stall, plateau or learn another
+solution, and the curve need not be a sigmoid in any axis we could name.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
-
-TINY = 1e-300  # log(0) guard: a side that the data rule out has likelihood ~0, not exactly 0
+from scipy import optimize, stats
 
 
 @dataclass
 class Estimate:
-    """The posterior of one slice: over K* (index m = none of the values), and of p at each value."""
+    """One slice's answer, as indices into its m knob values (m = past the widest value: "none")."""
 
-    posterior: np.ndarray  # (m + 1,) P(K* = index | data); the last entry: no value tried reaches q
-    star: int  # posterior median of K*; m: none
-    low: int  # interval: the smallest index not ruled out below (m: every value tried is ruled out)
-    high: int  # interval: the largest index not ruled out above (m: "none" is not ruled out, an open interval)
+    star: int  # the point estimate: the smallest tried value whose monotone (isotonic) rate reaches q; m: none
+    low: int  # the interval's less diverse end (m: every value up to the widest is ruled out)
+    high: int  # its more diverse end (m: open, "none" not ruled out)
+    excluded: int  # the widest value shown below q (-1: none shown); K* is above it
+    m: int  # how many knob values
+    contradicted: bool = False  # seeds showed p >= q at or below a value shown p < q: one crossing does not hold
 
     def width(self) -> int:
         """high - low in knob steps, "none" counting as one step past the widest value."""
         return self.high - self.low
 
     def settled(self, resolution: float) -> bool:
-        """The interval is as narrow as `resolution` knob steps. One that reaches past the widest value is settled
-        only once it lies wholly past it (no value reaches q): "K* is the widest value or none" is still open,
-        and with a single value it is where every slice starts."""
-        none = len(self.posterior) - 1
-        return self.low == none or (self.high < none and self.width() <= resolution)
-
-    def p_at_least(self) -> np.ndarray:
-        """(m,) P(p_i >= q | data) = P(K* <= i | data)."""
-        return np.cumsum(self.posterior)[:-1]
+        """Every value up to the widest is ruled out (the answer is "none"), or the interval is closed and at most
+        `resolution` knob steps wide."""
+        return self.low == self.m or (self.high < self.m and self.width() <= resolution)
 
 
-def log_sides(passed, failed, q: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each value's log likelihood below q and above q (up to the common Beta function); any array shape."""
-    passed, failed = np.asarray(passed, float), np.asarray(failed, float)
-    below = np.log(np.maximum(special.betainc(passed + 1.0, failed + 1.0, q), TINY)) - math.log(q)
-    above = np.log(np.maximum(special.betainc(failed + 1.0, passed + 1.0, 1.0 - q), TINY)) - math.log(1.0 - q)
-    return below, above
+@dataclass
+class Tests:
+    """Each tried value's own tests (with pooling): seeds show p >= q there (`above`), or p < q (`below`)."""
+
+    tried: np.ndarray  # (t,) indices of the values with seeds
+    above: np.ndarray  # (t,) bool
+    below: np.ndarray  # (t,) bool
 
 
-def from_sides(below: np.ndarray, above: np.ndarray) -> np.ndarray:
-    """(..., m + 1) P(K* = k | data) for k = 0 .. m (m: none), under a uniform prior, from (..., m) log likelihoods:
-    log P(data | K* = k) = sum_{i<k} below_i + sum_{i>=k} above_i."""
-    zero = np.zeros(below.shape[:-1] + (1,))
-    prefix = np.concatenate([zero, np.cumsum(below, axis=-1)], axis=-1)
-    suffix = np.concatenate([np.flip(np.cumsum(np.flip(above, -1), axis=-1), -1), zero], axis=-1)
-    log_like = prefix + suffix
-    w = np.exp(log_like - log_like.max(axis=-1, keepdims=True))
-    return w / w.sum(axis=-1, keepdims=True)
+LOOKS = 0.7  # each side's level is this share of (1 - confidence) / 2: room for the search's repeated looks
 
 
-def posterior(passed, trained, q: float) -> np.ndarray:
-    """(m + 1,) P(K* = k | data) from seeds passed / trained at each value."""
+def level(confidence: float) -> float:
+    """Each side's test level. (1 - confidence) / 2 would hold for a test made once; the search tests the same value
+    again as its seeds grow (every batch, and on with --extend), which a fixed-design test does not account for: at
+    the full level a plateau at p = 0.48 kept "none" in 0.928 of 1,000 intervals at 3x the budget (nominal 0.95).
+    LOOKS = 0.7 keeps six seeds all passing (or all failing) decisive at 95% (0.5^6 = 0.0156 <= 0.0175), so a sharp
+    transition costs what it did, and leaves room for the looks (bench/calibration.py, docs/SCIENCE.md)."""
+    return LOOKS * (1.0 - confidence) / 2.0
+
+
+def seeds_to_decide(q: float, confidence: float) -> int:
+    """The fewest seeds that can show p >= q (all passing) and p < q (all failing) at one value: q^n and (1 - q)^n
+    at most the test level. A test pools neighbouring values until it holds this many."""
+    alpha = level(confidence)
+    return max(math.ceil(math.log(alpha) / math.log(q) - 1e-9), math.ceil(math.log(alpha) / math.log(1 - q) - 1e-9))
+
+
+def tests(passed, trained, q: float, confidence: float) -> Tests:
+    """Every tried value's two tests, each pooled with its neighbours on the side its hypothesis covers until the
+    pool holds seeds_to_decide seeds."""
     passed, trained = np.asarray(passed, float), np.asarray(trained, float)
-    return from_sides(*log_sides(passed, trained - passed, q))
+    tried = np.flatnonzero(trained > 0)
+    s, n = passed[tried].astype(int), trained[tried].astype(int)
+    need, alpha, t = seeds_to_decide(q, confidence), level(confidence), len(tried)
+    above, below = np.zeros(t, bool), np.zeros(t, bool)
+    cs, cn = np.concatenate([[0], np.cumsum(s)]), np.concatenate([[0], np.cumsum(n)])
+    for j in range(t):
+        a = j  # pool downward for "p >= q somewhere in a..j" (so at j, by one crossing)
+        while a > 0 and cn[j + 1] - cn[a] < need:
+            a -= 1
+        b = j  # pool upward for "p < q somewhere in j..b" (so at j)
+        while b < t - 1 and cn[b + 1] - cn[j] < need:
+            b += 1
+        above[j] = tail_above(q, cn[j + 1] - cn[a], cs[j + 1] - cs[a]) <= alpha
+        below[j] = tail_below(q, cn[b + 1] - cn[j], cs[b + 1] - cs[j]) <= alpha
+    return Tests(tried, above, below)
 
 
-def bounds(w: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(median, low, high) indices of posteriors (..., m + 1): P(K* < low) <= (1 - confidence) / 2 and
-    P(K* > high) <= (1 - confidence) / 2, with a little slack against rounding in the sums."""
-    tail = (1.0 - confidence) / 2.0
-    cdf = np.cumsum(w, axis=-1)
-    first = lambda level: np.minimum((cdf < level).sum(axis=-1), w.shape[-1] - 1)
-    return first(0.5), first(tail + 1e-12), first(1.0 - tail - 1e-12)
+@functools.lru_cache(maxsize=65536)
+def tail_above(q: float, n: int, s: int) -> float:
+    """P(Bin(n, q) >= s)."""
+    return float(stats.binom.sf(s - 1, n, q))
 
 
-def entropy(w: np.ndarray) -> np.ndarray:
-    return -(w * np.log(np.maximum(w, TINY))).sum(axis=-1)
+@functools.lru_cache(maxsize=65536)
+def tail_below(q: float, n: int, s: int) -> float:
+    """P(Bin(n, q) <= s)."""
+    return float(stats.binom.cdf(s, n, q))
+
+
+def rates(passed, trained) -> tuple[np.ndarray, np.ndarray]:
+    """(tried indices, their monotone pass rates): isotonic regression of each value's rate, weighted by its seeds."""
+    passed, trained = np.asarray(passed, float), np.asarray(trained, float)
+    tried = np.flatnonzero(trained > 0)
+    if not len(tried):
+        return tried, np.zeros(0)
+    return tried, optimize.isotonic_regression(passed[tried] / trained[tried], weights=trained[tried]).x
 
 
 def fit(passed, trained, q: float, confidence: float) -> Estimate:
-    """The estimate from seeds passed / trained at each knob value (in increasing diversity; zeros where none)."""
-    w = posterior(passed, trained, q)
-    star, low, high = bounds(w, confidence)
-    return Estimate(posterior=w, star=int(star), low=int(low), high=int(high))
+    """The answer from seeds passed / trained at each knob value (in increasing diversity; zeros where none)."""
+    trained = np.asarray(trained, float)
+    m = len(trained)
+    t = tests(passed, trained, q, confidence)
+    high = m  # closed testing: every tried value from `high` up shows p >= q
+    for j in reversed(range(len(t.tried))):
+        if not t.above[j]:
+            break
+        high = int(t.tried[j])
+    excluded = -1  # and every tried value up to `excluded` shows p < q
+    for j in range(len(t.tried)):
+        if not t.below[j]:
+            break
+        excluded = int(t.tried[j])
+    low = 0 if excluded < 0 else m if excluded == m - 1 else excluded + 1 if trained[excluded + 1] > 0 else excluded
+    # seeds showed p >= q at one value and p < q at a wider one: one crossing does not hold there (the chains above
+    # stop at the first disagreeing value, so the interval spans both claims already)
+    shown_above = np.flatnonzero(t.above)
+    contradicted = bool(len(shown_above) and t.below[shown_above[0]:].any())
+    tried, rate = rates(passed, trained)
+    reaching = [int(i) for i, r in zip(tried, rate) if r >= q and i > excluded]
+    star = min(max(reaching[0] if reaching else m, low), high)
+    return Estimate(star=star, low=low, high=high, excluded=excluded, m=m, contradicted=contradicted)
 
 
 @dataclass
 class CurvePoint:
-    """p at one knob value: the posterior mean and equal-tailed credible interval, and the raw counts."""
+    """p at one knob value: the monotone estimate with bounds at the confidence, and the raw counts."""
 
     trained: int
     passed: int
@@ -117,34 +168,51 @@ class CurvePoint:
     p_high: float
 
 
-def curve(passed, trained, q: float, confidence: float, grid: int = 2001) -> list[CurvePoint]:
-    """p at each value under the model: a mixture of its two truncated Beta posteriors, weighted by P(K* <= i)."""
+def curve(passed, trained, q: float, confidence: float) -> list[CurvePoint]:
+    """p at every knob value under monotonicity: the isotonic rates (interpolated between tried values, held flat
+    past the ends), bounded below by the largest Clopper-Pearson lower bound at or below the value and above by the
+    smallest upper bound at or above it, so the curve and its bounds never decrease. (q is not used: the curve is the
+    data's, the same at every q.)"""
     passed, trained = np.asarray(passed, float), np.asarray(trained, float)
-    failed = trained - passed
-    at_least = fit(passed, trained, q, confidence).p_at_least()
-    x = np.linspace(0.0, 1.0, grid)
-    tail = (1.0 - confidence) / 2.0
+    m = len(trained)
+    tried, rate = rates(passed, trained)
+    if not len(tried):
+        return [CurvePoint(0, 0, float("nan"), 0.0, 1.0) for _ in range(m)]
+    tail = level(confidence)
+    lower = stats.beta.ppf(tail, passed[tried], trained[tried] - passed[tried] + 1)  # Clopper-Pearson, per value
+    upper = stats.beta.ppf(1 - tail, passed[tried] + 1, trained[tried] - passed[tried])
+    lower, upper = np.nan_to_num(lower, nan=0.0), np.nan_to_num(upper, nan=1.0)
+    p = np.interp(np.arange(m), tried, rate)
     points = []
-    for s, f, above in zip(passed, failed, at_least):
-        whole = special.betainc(s + 1, f + 1, x)  # (grid,) the untruncated posterior's CDF
-        at_q = special.betainc(s + 1, f + 1, q)
-        cdf_below = np.minimum(whole, at_q) / max(at_q, TINY)
-        cdf_above = np.maximum(whole - at_q, 0.0) / max(1.0 - at_q, TINY)
-        cdf = (1.0 - above) * cdf_below + above * cdf_above
-        density = np.diff(cdf)
-        mean = float((density * (x[1:] + x[:-1]) / 2).sum())
-        points.append(CurvePoint(int(s + f), int(s), mean, float(np.interp(tail, cdf, x)),
-                                 float(np.interp(1.0 - tail, cdf, x))))
+    for i in range(m):
+        at_or_below, at_or_above = tried <= i, tried >= i
+        low = float(lower[at_or_below].max()) if at_or_below.any() else 0.0
+        high = float(upper[at_or_above].min()) if at_or_above.any() else 1.0
+        high = max(low, high)  # bounds that cross (seeds against monotonicity) meet at the lower one
+        points.append(CurvePoint(int(trained[i]), int(passed[i]), float(np.clip(p[i], low, high)), low, high))
     return points
 
 
-def seeds_to_decide(q: float, confidence: float, limit: int = 100_000) -> int:
-    """The fewest seeds at one value that can rule it in (all passing) or out (all failing) on their own, as the
-    model decides with nothing else tried: a budget below this cannot close the interval on either side."""
-    tail = (1.0 - confidence) / 2.0
-    for n in range(1, limit):
-        all_pass = posterior([n], [n], q)  # [P(K* = that value), P(none)]
-        all_fail = posterior([0], [n], q)
-        if all_pass[1] <= tail and all_fail[0] <= tail:
-            return n
-    return limit
+OUT_OF_REACH = 10_000  # seeds_to_settle's answer for rates that sit at q
+
+
+def seeds_to_settle(estimate: Estimate, passed, trained, q: float, confidence: float,
+                    limit: int = OUT_OF_REACH) -> int:
+    """About how many more seed trainings would close the interval if the rates stay as estimated: at each open end
+    the value next to the estimated crossing, trained until its expected count passes its test (limit: not within
+    reach, the rates there sit at q)."""
+    passed, trained = np.asarray(passed, float), np.asarray(trained, float)
+    tried, rate = rates(passed, trained)
+    alpha, more = level(confidence), 0
+    need = seeds_to_decide(q, confidence)
+    sides = [(rate >= q) & (tried < estimate.high), (rate < q) & (tried > estimate.excluded)]
+    for side, (candidates, shows) in enumerate(zip(sides, (tail_above, tail_below))):
+        if not candidates.any():
+            continue
+        j = np.flatnonzero(candidates)[0 if side == 0 else -1]
+        p = float(np.clip(rate[j], 0.01, 0.99))
+        n = next((n for n in range(need, limit) if shows(q, n, round(n * p)) <= alpha), limit)
+        if n == limit:
+            return limit
+        more += max(0, n - int(trained[tried[j]]))
+    return min(more, limit)

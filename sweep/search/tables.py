@@ -67,15 +67,21 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
                        base: config.Config) -> tuple[pd.DataFrame, pd.DataFrame]:
     """min_diversity.csv and success_curve.csv, from every seed trained with a verdict of its own (estimate.py).
 
-    One row per slice: K*_q (`diversity_star`, blank where the posterior median is past the slice's widest knob
-    value) and its interval [`diversity_star_low`, `diversity_star_high`] (its less and its more diverse end, in the
-    knob's order, which for explicit values need not be numeric order; high blank: the interval reaches past the
-    widest knob value, i.e. it may be that no value reaches q; low blank too: the evidence puts K* past it); the
-    task's diversity measure (trigger copy: R) at K*_q and at the interval's ends, ordered so that `_low` <= `_high`
-    (blank: unbounded on that side); p at the widest value tried with its interval; the seeds behind the answer; and
-    whether the slice is finished (False: a search stopped before the slice's interval was narrow enough or its
-    budget spent; its answer may still move).
-    One curve row per (slice, knob value): seeds trained and passed there, and p with its interval under the model."""
+    One row per slice: K*_q (`diversity_star`, blank where the estimate is past the slice's widest knob value) and its
+    interval [`diversity_star_low`, `diversity_star_high`] (its less and its more diverse end, in the knob's order,
+    which for explicit values need not be numeric order; each a value seeds were trained at, or the smallest value;
+    high blank: the interval is open past the widest value, i.e. it may be that no value reaches q; low blank too:
+    every value up to the widest is ruled out); the task's diversity measure (trigger copy: R) at K*_q and at the
+    interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side); the widest value tried and p
+    there with its interval; the seeds behind the answer; whether the slice is finished, why it stopped (`stopped`:
+    settled, budget, plateau near q (budget spent with the rates around the crossing within 0.15 of q), or open: a
+    search stopped before either) and, while not settled, about how many more trainings would settle it at the
+    current rates (`to_settle`, for --extend; 10000: not within reach).
+    The other samplers (bisection, exhaustive, tpe) train the same seeds (search.success.seeds) at every value, which
+    the interval's tests cannot treat as independent draws: their rows give the m-of-n answer alone (`diversity_star`:
+    the smallest value whose seeds succeed with every wider value evaluated succeeding too), with no interval.
+    One curve row per (slice, knob value): seeds trained and passed there, and p with its interval under
+    monotonicity."""
     success, knob = search.success, search.knob.key
     axis, base_dict = task_of(base).diversity_axis, config.to_dict(base)
     rows, curve_rows = [], []
@@ -96,16 +102,22 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
             ends = [np.nan, ends[0]]
         tried = np.flatnonzero(trained)
         widest = curve[tried[-1]] if len(tried) else None
+        done = finished(study, search, fit)
         row = sl.point | {
             "diversity_star": value(fit.star), "diversity_star_low": value(fit.low),
             "diversity_star_high": value(fit.high), axis: measure(fit.star), f"{axis}_low": ends[0],
             f"{axis}_high": ends[1], "widest_tried": sl.values[tried[-1]] if len(tried) else None,
             "p_at_widest": widest.p if widest else np.nan, "p_at_widest_low": widest.p_low if widest else np.nan,
             "p_at_widest_high": widest.p_high if widest else np.nan,
-            "seeds": int(trained.sum()), "finished": finished(study, search, fit)}
-        if search.sampler == "bisection":  # the older protocol's own answer, beside the estimate from its seeds
-            min_rate = success.min_seeds / len(success.seeds)
-            row["bisection_star"] = bisection.minimal_value(sl.values, pooled, min_rate)
+            "seeds": int(trained.sum()), "finished": done, "stopped": stop_reason(fit, passed, trained, search, done),
+            "to_settle": 0 if fit.settled(search.resolution) else estimate.seeds_to_settle(
+                fit, passed, trained, success.rate, success.confidence)}
+        if search.sampler != "threshold":  # shared seeds: the all-pass answer alone (docstring)
+            interval = {"diversity_star_low", "diversity_star_high", f"{axis}_low", f"{axis}_high", "to_settle"}
+            row = {k: v for k, v in row.items() if k not in interval}
+            row |= {"diversity_star": bisection.minimal_value(sl.values, pooled,
+                                                              success.min_seeds / len(success.seeds)),
+                    axis: np.nan, "stopped": "finished" if done else "open"}
         rows.append(row | {"study": sl.study_name})
         curve_rows += [{"study": sl.study_name, **sl.point, knob: v, axis: m, "trained": c.trained,
                         "passed": c.passed, "p": c.p, "p_low": c.p_low, "p_high": c.p_high}
@@ -114,20 +126,51 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
 
 
 def for_terminal(table: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.DataFrame:
-    """min_diversity.csv as the terminal prints it: each answer beside its interval, "beyond" where the interval
-    reaches past the widest value tried, and "(open)" on a slice that is not finished."""
+    """min_diversity.csv as the terminal prints it: each answer beside its interval ("beyond" where the interval
+    reaches past the widest value tried; no interval for the shared-seed samplers), p at the widest value tried, and
+    why each slice stopped ("no (open)" on a slice that is not finished)."""
     shown = table[slice_keys].copy()
     shown["K*_q [interval]"] = table.apply(lambda row: figures.interval_text(row, "diversity_star", dash="-"), axis=1)
-    if axis in table:
+    if axis in table and table[axis].notna().any():
         shown[f"{axis} [interval]"] = table.apply(lambda row: figures.interval_text(row, axis, 3, dash="-"), axis=1)
     shown["seeds"] = table["seeds"]
     shown["p at widest [interval]"] = table.apply(
-        lambda row: "-" if pd.isna(row["p_at_widest"]) else
-        f"{row['p_at_widest']:.2f} [{row['p_at_widest_low']:.2f}, {row['p_at_widest_high']:.2f}]", axis=1)
-    if "bisection_star" in table:  # the all-pass protocol's own answer (search.sampler=bisection)
-        shown["bisection"] = table["bisection_star"].map(lambda x: "-" if pd.isna(x) else f"{x:g}")
-    shown["finished"] = table["finished"].map(lambda done: "yes" if done else "no (open)")
+        lambda row: "-" if pd.isna(row["p_at_widest"]) else f"{row['p_at_widest']:.2f}" + (
+            f" [{row['p_at_widest_low']:.2f}, {row['p_at_widest_high']:.2f}]" if "p_at_widest_low" in row else "")
+        + (f" at {row['widest_tried']:g}" if pd.notna(row.get("widest_tried")) else ""), axis=1)
+    stopped = table["stopped"] if "stopped" in table else table["finished"].map(lambda d: "finished" if d else "open")
+    shown["stopped"] = [reason if done else "no (open)" for reason, done in zip(stopped, table["finished"])]
     return shown
+
+
+def extend_note(table: pd.DataFrame) -> str | None:
+    """A line suggesting --extend for the slices that stopped with their interval open, at the current rates ("" where
+    none did); None for a table without intervals."""
+    if "to_settle" not in table:
+        return None
+    wanting = table[table["stopped"].isin(["budget", "open", "plateau near q"]) & (table["to_settle"] > 0)]
+    reachable = wanting[wanting["to_settle"] < estimate.OUT_OF_REACH]["to_settle"]
+    parts = [f"{len(reachable)} slice(s) would settle with about --extend {int(reachable.max())} more trainings each "
+             "at the current rates"] if len(reachable) else []
+    if len(reachable) < len(wanting):
+        parts.append(f"{len(wanting) - len(reachable)} slice(s) have rates at about q where an end would be decided: "
+                     "more seeds will not settle them soon")
+    return "; ".join(parts)
+
+
+PLATEAU = 0.15  # a slice out of budget whose rates around the crossing lie this close to q sits on a plateau near q
+
+
+def stop_reason(fit: estimate.Estimate, passed, trained, search: SearchConfig, done: bool) -> str:
+    """Why a slice stopped: settled, plateau near q, budget, or open (not finished: a search stopped before)."""
+    if fit.settled(search.resolution):
+        return "settled"
+    if not done:
+        return "open"
+    tried, rate = estimate.rates(passed, trained)
+    inside = (tried > fit.excluded) & (tried < fit.high)
+    near = inside.any() and bool((abs(rate[inside] - search.success.rate) <= PLATEAU).all())
+    return "plateau near q" if near else "budget"
 
 
 def finished(study, search: SearchConfig, fit: estimate.Estimate) -> bool:

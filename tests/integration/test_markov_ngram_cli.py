@@ -31,7 +31,7 @@ search:
   knob: {key: task.pool_size, values: [1, 0]}   # one table, then a fresh table per sequence (more diverse)
   success: {threshold: 0.5, seeds: [0]}   # ood/gap <= 0.5 nats
   batch: 1
-  budget: {trainings: 5}   # the threshold sampler: the fewest that can rule a value in or out
+  budget: {trainings: 6}   # the threshold sampler: the fewest that can rule a value in or out
 """
 
 

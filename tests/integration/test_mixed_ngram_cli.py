@@ -30,7 +30,7 @@ search:
   knob: {key: task.alpha, values: [0.2, 0.8]}
   success: {threshold: 0.01, seeds: [0]}
   batch: 1
-  budget: {trainings: 5}   # the threshold sampler: the fewest that can rule a value in or out
+  budget: {trainings: 6}   # the threshold sampler: the fewest that can rule a value in or out
 """
 
 

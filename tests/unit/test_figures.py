@@ -254,7 +254,11 @@ def test_the_terminal_prints_each_answer_with_its_interval_as_the_figures_title_
     shown = tables.for_terminal(minimal, [LOW, N_TRG], "data/max_sum_ratio")
     assert list(shown["K*_q [interval]"]) == ["3 [2, 4]", "5 [4, beyond]", "- [6, beyond]", "- [beyond, beyond]"]
     assert shown["data/max_sum_ratio [interval]"][0] == "0.333 [0.250, 0.500]"
-    assert list(shown["finished"]) == ["yes", "no (open)", "yes", "no (open)"]
+    assert list(shown["stopped"]) == ["finished", "no (open)", "finished", "no (open)"]
+    minimal["stopped"], minimal["widest_tried"] = ["settled", "open", "plateau near q", "open"], 6
+    shown = tables.for_terminal(minimal, [LOW, N_TRG], "data/max_sum_ratio")
+    assert list(shown["stopped"]) == ["settled", "no (open)", "plateau near q", "no (open)"]
+    assert shown["p at widest [interval]"][0] == "0.80 [0.50, 0.95] at 6"
     assert plots.interval_text(minimal.drop(columns=["diversity_star_low"]).iloc[0], "diversity_star") == "3"
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sweep import space, tuner
-from sweep.search import bisection, loop, owners, tables
+from sweep.search import bisection, estimate, loop, owners, tables
 from sweep.search import studies as search_studies
 from sweep.search.config import STREAK, SuccessConfig, load_search
 from sweep.storage.out_dir import OutDir
@@ -38,8 +38,9 @@ def estimated(search, sl, study):
 
 def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake_width_tune):
     """A sharp transition (every seed passes from WIDTH_NEEDED on): K*_q is WIDTH_NEEDED and the slice ends once its
-    interval spans one knob step, inside its budget; every seed asked is trained once."""
-    base, search, all_slices, studies, _ = setup(tmp_path)
+    interval spans one knob step, inside its budget (30: showing p >= 1/2 and p < 1/2 at 95% takes 6 seeds on each
+    side of the boundary, beside the bisection's probes); every seed asked is trained once."""
+    base, search, all_slices, studies, _ = setup(tmp_path, "search.budget.trainings=30")
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     table, curve = tables.min_diversity_rows(studies, all_slices, search, base)
     assert list(table["diversity_star"]) == [WIDTH_NEEDED] * len(all_slices)
@@ -158,6 +159,47 @@ def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_width_tune):
     for trial in completed(studies[all_slices[0].study_name]):
         by_value.setdefault(trial.params["task.lengths.width"], []).append(trial.user_attrs["seed_list"])
     assert by_value[WIDTH_NEEDED] == [[0, 1], [2, 3]]  # the boundary's success side, re-checked with new seeds
+
+
+def test_the_all_pass_bisection_states_its_own_answer_without_an_interval(tmp_path, fake_width_tune):
+    """The bisection trains the same seeds at every width, which the interval's tests cannot treat as independent
+    draws: its table gives its m-of-n answer alone, with no interval columns and no --extend estimate."""
+    base, search, all_slices, studies, _ = setup(tmp_path, "search.sampler=bisection", "search.success.seeds=[0,1]")
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
+    table, _ = tables.min_diversity_rows(studies, all_slices, search, base)
+    assert list(table["diversity_star"]) == [WIDTH_NEEDED] * len(all_slices)
+    assert not {"diversity_star_low", "diversity_star_high", "to_settle"} & set(table.columns)
+    shown = tables.for_terminal(table, [a.key for a in search.slices], "data/max_sum_ratio")
+    assert list(shown["K*_q [interval]"]) == [f"{WIDTH_NEEDED}"] * len(all_slices)
+    assert tables.extend_note(table) is None
+
+
+def test_a_slice_out_of_budget_says_why_and_how_many_more_trainings_would_settle_it(tmp_path, fake_width_tune):
+    """Six trainings cannot show both ends of a sharp transition: each slice stops on its budget, says so, and
+    estimates the trainings that would settle it (the terminal's --extend line); extended by that many, it settles."""
+    base, search, all_slices, studies, storage = setup(tmp_path, "search.budget.trainings=6")
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
+    table, _ = tables.min_diversity_rows(studies, all_slices, search, base)
+    assert list(table["stopped"]) == ["budget"] * len(all_slices) and (table["to_settle"] > 0).all()
+    assert "--extend" in tables.extend_note(table)
+    more = int(table["to_settle"].max()) + 2 * search.batch  # at the rates estimated, plus two batches of slack
+    studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
+    loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=more)
+    table, _ = tables.min_diversity_rows(studies, all_slices, search, base)
+    assert list(table["stopped"]) == ["settled"] * len(all_slices) and (table["to_settle"] == 0).all()
+    assert tables.extend_note(table) == ""
+
+
+def test_rates_sitting_at_q_are_a_plateau_not_a_budget_to_extend():
+    """A slice that spent its budget with every rate inside its interval within 0.15 of q stops as "plateau near q",
+    and the note says more seeds will not settle it."""
+    _, search = load_search(CONFIGS / "debug_search.yaml", [])
+    passed, trained = [0, 0, 4, 5, 4], [6, 6, 9, 9, 9]
+    fit = estimate.fit(passed, trained, 0.5, 0.95)
+    assert tables.stop_reason(fit, passed, trained, search, done=True) == "plateau near q"
+    assert tables.stop_reason(fit, passed, trained, search, done=False) == "open"
+    table = pd.DataFrame({"stopped": ["plateau near q"], "to_settle": [10_000], "finished": [True]})
+    assert "will not settle" in tables.extend_note(table)
 
 
 def test_success_reads_the_direction_of_its_metric():

@@ -71,7 +71,7 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
                  f"K*_q: the smallest {search.knob.key} at which a seed passes ({search.success.metric} "
                  f"{search.success.direction} {search.success.threshold:g}) with probability >= "
                  f"{search.success.rate:g}; [interval] at confidence {search.success.confidence:g}, its ends widths "
-                 "seeds were trained at ('beyond': no value tried rules out 'none')" if search.sampler == "threshold"
+                 "seeds were trained at ('beyond': no value tried rules out 'none')" if search.answers_with_interval
                  else f"K*: the {search.sampler} sampler's m-of-n answer (the same seeds at every value: no interval)"]
         note = tables.extend_note(table)
         if note:

@@ -111,6 +111,13 @@ class SearchConfig(RunConfig):
     stop: StopConfig = field(default_factory=lambda: StopConfig(streak=STREAK, decided=True))
     # resources, pack, max_concurrent, max_failures: RunConfig's, as a grid's
 
+    @property
+    def answers_with_interval(self) -> bool:
+        """Whether the slices' answer is K*_q with an interval: only the threshold sampler draws fresh seeds at every
+        value, which the interval's tests treat as independent; the others reuse search.success.seeds at every value
+        and answer by m of n (sweep/search/tables.py)."""
+        return self.sampler == "threshold"
+
 
 def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
     """The base training config and the validated search section (`search.*` overrides go to it)."""

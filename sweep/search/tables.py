@@ -112,7 +112,7 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
             "seeds": int(trained.sum()), "finished": done, "stopped": stop_reason(fit, passed, trained, search, done),
             "to_settle": 0 if fit.settled(search.resolution) else estimate.seeds_to_settle(
                 fit, passed, trained, success.rate, success.confidence)}
-        if search.sampler != "threshold":  # shared seeds: the all-pass answer alone (docstring)
+        if not search.answers_with_interval:  # shared seeds: the m-of-n answer alone (docstring)
             interval = {"diversity_star_low", "diversity_star_high", f"{axis}_low", f"{axis}_high", "to_settle"}
             row = {k: v for k, v in row.items() if k not in interval}
             row |= {"diversity_star": bisection.minimal_value(sl.values, pooled,

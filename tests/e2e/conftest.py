@@ -27,7 +27,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,3 +311,40 @@ def ray_head():
     finally:
         survivors = stop_head(head)
         assert not survivors, f"processes of the test's ray head survived SIGKILL: {survivors}"
+
+
+HOLD_SCRIPT = """
+import sys
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
+
+@ray.remote(num_cpus=1)
+class Hold:
+    def ready(self):
+        return True
+
+holds = [Hold.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+         for node in sys.argv[2:]]
+ray.get([h.ready.remote() for h in holds])
+print("held", flush=True)
+sys.stdin.read()  # until the test closes our stdin or kills us: our actors die with this driver
+"""
+
+
+@contextmanager
+def cpu_held_on(head: RayHead, node_ids: list[str]):
+    """One CPU of each given node taken by an actor of a driver of our own while the block runs, so that trials can
+    only start elsewhere (e.g. on a second node whose loss a test is about): Ray places trials where it likes."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_SCRIPT, head.address, *node_ids], env=head.client_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        if line.strip() != "held":
+            pytest.fail(f"could not hold a CPU on {node_ids}: {line}{proc.stdout.read()[-2000:]}")
+        yield
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=STOP_TIMEOUT_S)

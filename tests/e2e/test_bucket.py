@@ -19,7 +19,7 @@ import pytest
 
 import headsweep as hs
 from tests.conftest import CONFIGS
-from tests.e2e.conftest import log_tail, start_head, start_node, stop_head, stop_node
+from tests.e2e.conftest import cpu_held_on, log_tail, start_head, start_node, stop_head, stop_node
 from tests.s3_server import s3_server
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
@@ -132,12 +132,15 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
     args = ["grid", GRID, SHORT, "logging.wandb=true", "--out", uri]
     log = tmp_path / "driver.log"
     node, first = private_node(head, s3), None
+    others = [n["node_id"] for n in head.alive_nodes() if n["node_id"] != node.node_id]
     try:
-        first = driver(head, s3, args, tmp_path / "cache-a", tmp_path / "first", log)
-        # A trial trains on the second node and one has pushed a checkpoint (its state.pt): then the second node
-        # dies, as its machine would.
-        wait_for(lambda: training_on(node), "a trial on the second node", first, log)
-        wait_for(lambda: results(s3.keys(prefix), "state.pt"), "a checkpoint in the bucket", first, log)
+        # A trial trains on the second node (the head's CPU held until then: on a busy machine Ray once ran all four
+        # trials on the head) and has pushed a checkpoint (its state.pt): then the second node dies, as its machine
+        # would.
+        with cpu_held_on(head, others):
+            first = driver(head, s3, args, tmp_path / "cache-a", tmp_path / "first", log)
+            wait_for(lambda: training_on(node), "a trial on the second node", first, log)
+            wait_for(lambda: results(s3.keys(prefix), "state.pt"), "a checkpoint in the bucket", first, log)
         assert not stop_node(node)
         node = None
         # Some members finished, not all: then the driver dies too.

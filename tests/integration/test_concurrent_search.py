@@ -1,14 +1,17 @@
 """Two `headsweep search` processes at once on the same studies (same config, same --out; a journal, then
 PostgreSQL): both end with the single run's answer, nothing is trained twice, and (PostgreSQL) the storage password
 shows nowhere. A corrupt or foreign journal is refused, unchanged. The rules themselves: tests/unit/test_owners.py."""
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 import optuna
 import pandas as pd
+import pytest
 
 from sweep.search import owners, studies
 from sweep.search.config import load_search
@@ -18,14 +21,23 @@ from tests.integration.conftest import HEADSWEEP, UNGUIDED_SEARCH, headsweep
 ARGS = UNGUIDED_SEARCH
 ONE_SLICE = "search.slices=[{key: task.lengths.low, values: [4]}]"
 KNOB = "task.lengths.width"
+DRIVERS_TIMEOUT_S = 420  # alone, both finish within a minute; under pytest-timeout's 600 s
 
 
 def run_two(out: Path, *extra, env=None) -> list[subprocess.CompletedProcess]:
     """Start two drivers at the same moment and wait for both."""
     command = [HEADSWEEP, "search", *map(str, ARGS), "--out", str(out), *map(str, extra)]
-    drivers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-               for _ in range(2)]
-    outputs = [d.communicate(timeout=900) for d in drivers]
+    drivers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True) for _ in range(2)]
+    try:
+        outputs = [d.communicate(timeout=DRIVERS_TIMEOUT_S) for d in drivers]
+    except subprocess.TimeoutExpired:  # say what each driver was doing, in the test's own time
+        for d in drivers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(d.pid, signal.SIGKILL)
+        tails = [f"driver {i} (exit {d.returncode}):\n{o[-2500:]}\n{e[-2500:]}"
+                 for i, (d, (o, e)) in enumerate(zip(drivers, [d.communicate() for d in drivers]))]
+        pytest.fail(f"the drivers did not finish within {DRIVERS_TIMEOUT_S} s:\n" + "\n---\n".join(tails))
     return [subprocess.CompletedProcess(command, d.returncode, o, e) for d, (o, e) in zip(drivers, outputs)]
 
 

@@ -282,7 +282,10 @@ def _success_panel(ax, points: pd.DataFrame, answer: pd.Series, knob: str, q: fl
 
 def interval_text(row: pd.Series, column: str, digits: int | None = None, dash: str = DASH) -> str:
     """"5 [4, 6]" (with `digits`, each number to that many decimals); `dash` for a point past the widest value,
-    "beyond" for an open end; the point alone from a table without intervals."""
+    "beyond" for an open end; the point alone from a table without intervals; `dash` alone for a slice without
+    seeds (a search stopped before it trained any there)."""
+    if row.get("seeds", 1) == 0:
+        return dash
     text = lambda value: "beyond" if pd.isna(value) else f"{value:.{digits}f}" if digits is not None else _fmt(value)
     point = row.get(column, np.nan)
     shown = dash if pd.isna(point) else text(point)

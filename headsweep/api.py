@@ -112,9 +112,9 @@ def grid(cfg: Experiment | str | os.PathLike | Mapping, out: str | os.PathLike, 
     """Train every point of the config's `sweep:` section on Ray (a local one, or the cluster at `address` or
     RAY_ADDRESS), as `headsweep grid` does; its result. `out`: a directory or an s3:// place.
 
-    Members that fail are rows of `.failed` (no exception). An interrupt (Ctrl-C, a notebook's stop button) raises
-    KeyboardInterrupt once what finished is written; calling `grid` again with the same config and `out` resumes,
-    training nothing twice.
+    Members that fail are rows of `.failed` (no exception). An interrupt (Ctrl-C, a notebook's stop button) prints the
+    table so far and raises KeyboardInterrupt once what finished is written; calling `grid` again with the same
+    config and `out` resumes, training nothing twice.
 
         >>> found = hs.grid(hs.config("configs/debug_grid.yaml", "sweep.seeds=[0]"), out="runs/debug_grid")
         >>> found.df[["task.lengths.low", "task.lengths.high", "ood/acc"]]
@@ -126,7 +126,7 @@ def grid(cfg: Experiment | str | os.PathLike | Mapping, out: str | os.PathLike, 
     cfg = _loaded(cfg)
     if cfg.sweep is None:  # no sweep section: refused as the CLI refuses it
         space.load_sweep(cfg.source, list(cfg.overrides))
-    with _quiet_failures():
+    with _quiet_failures(), _showing_what_finished():
         place, _ = grid_verb.run(cfg.base, cfg.sweep, cfg.points, str(out), address)
     return read(place.local)
 
@@ -137,8 +137,9 @@ def search(cfg: Experiment | str | os.PathLike | Mapping, out: str | os.PathLike
     (Optuna asks, Ray trains); its result. `study`, `storage`, `extend`, `address`: the CLI's --study, --storage,
     --extend and --address.
 
-    An interrupt raises KeyboardInterrupt once the tables of what finished are written; calling `search` again with
-    the same config and `out` resumes the studies (`extend=N` adds N trainings per slice).
+    An interrupt prints the table so far and raises KeyboardInterrupt once the tables of what finished are written;
+    calling `search` again with the same config and `out` resumes the studies (`extend=N` adds N trainings per
+    slice).
 
         >>> found = hs.search(hs.config("configs/debug_search.yaml"), out="runs/debug_search")
         >>> found.table            # K*_q per slice, with its interval
@@ -150,7 +151,7 @@ def search(cfg: Experiment | str | os.PathLike | Mapping, out: str | os.PathLike
     cfg = _loaded(cfg)
     if cfg.search is None:
         load_search(cfg.source, list(cfg.overrides))
-    with _quiet_failures():
+    with _quiet_failures(), _showing_what_finished():
         place, _ = search_verb.run(cfg.base, cfg.search, str(out), study, storage, extend, address)
     return read(place.local, storage)
 
@@ -195,6 +196,19 @@ def _quiet_failures():
         yield
     finally:
         os.environ.pop(TRIAL_ERRORS_VAR, None)
+
+
+@contextmanager
+def _showing_what_finished():
+    """A grid or search stopped from Python (Ctrl-C, a notebook's stop button) prints its table so far, as the CLI
+    does, before its KeyboardInterrupt goes on."""
+    from sweep.stopping import Stopped
+
+    try:
+        yield
+    except Stopped as stop:
+        print(stop.so_far, flush=True)
+        raise
 
 
 def _loaded(cfg) -> Experiment:

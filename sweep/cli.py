@@ -62,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     report = verbs.add_parser("report", help="(re)build report.html of a train, grid or search output dir")
     report.add_argument("dir", metavar="DIR", help="an output dir of headsweep train, grid or search (or its s3:// place)")
 
+    show = verbs.add_parser("show", help="print the table a train, grid or search printed (or so far), from its files: "
+                                         "no Ray, no training")
+    show.add_argument("dir", metavar="DIR", help="an output dir of headsweep train, grid or search (or its s3:// place)")
+
     compare = verbs.add_parser("compare", help="the thresholds of several searches against the theory, one figure")
     compare.add_argument("dirs", nargs="+", metavar="DIR", help="output dirs (or s3:// places) of headsweep search")
     compare.add_argument("--out", required=True, type=Path, help="the figure (.png); its points go beside it (.csv)")
@@ -110,14 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     stopping.on_sigterm()
     try:
-        code = {"train": _train, "grid": _grid, "search": _search, "report": _report, "compare": _compare,
+        code = {"train": _train, "grid": _grid, "search": _search, "report": _report, "show": _show,
+                "compare": _compare,
                 "list": _list, "dashboard": _dashboard}[args.verb](args)
         sys.stdout.flush()  # here, not at exit: a reader that has gone away is then seen below
         return code
     except ConfigError as e:
         print(f"headsweep: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (sweep/stopping.py)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (sweep/stopping.py)
+        if isinstance(stop, stopping.Stopped):  # what finished, as the table the verb prints at its end
+            print(stop.so_far, flush=True)
         why = stopping.stopped_by()
         print(f"headsweep: stopped ({'Ctrl-C' if why == signal.SIGINT else why.name}); {_what_resumes(args)}",
               file=sys.stderr)
@@ -149,13 +156,13 @@ def _stdout_reader_gone() -> bool:
 
 
 def _train(args) -> int:
-    from sweep import single
+    from sweep import show, single
     from trainables import config
     from trainables.tasks import task_of, view_of
 
     cfg = config.load(args.config, args.overrides)
     metrics, before = single.run(cfg, args.out)
-    print(f"{'already finished: ' if before else ''}{_summary(metrics, view_of(task_of(cfg)).headline)}  [{args.out}]")
+    print(f"{'already finished: ' if before else ''}{show.line(metrics, view_of(task_of(cfg)).headline)}  [{args.out}]")
     return 0
 
 
@@ -186,6 +193,14 @@ def _report(args) -> int:
     path = report.build(out.local)
     out.sync()
     print(f"{out}/report.html (local copy: {path})" if out.mirror else path)
+    return 0
+
+
+def _show(args) -> int:
+    from sweep import show
+    from sweep.storage.out_dir import OutDir
+
+    print(show.text(OutDir.open(args.dir)))
     return 0
 
 
@@ -266,14 +281,6 @@ def _doc(obj) -> str:
     """The first line of the docstring of the object's own class ("": none; class docstrings are not inherited)."""
     doc = (type(obj).__doc__ or "").strip()
     return doc.splitlines()[0] if doc else ""
-
-
-def _summary(metrics: dict, headline: tuple[str, ...]) -> str:
-    def fmt(key: str) -> str:
-        value = metrics.get(key)
-        return f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
-
-    return " ".join(fmt(k) for k in (*headline, "status", "steps")) + f" ({metrics['seconds']:.1f} s)"
 
 
 if __name__ == "__main__":

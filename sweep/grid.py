@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from dashboards import report
-from sweep import cluster, packing, preflight, space, tuner
+from sweep import cluster, packing, preflight, space, stopping, tuner
 from sweep.storage.out_dir import OutDir
 from trainables import config
 from trainables.io import atomic_write, claim_out, create_out, read_json
@@ -40,19 +40,24 @@ def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_a
     errors = {}
     try:
         errors = tuner.run(base, sweep, packs, out, summary=lambda: _generalized(out.local))
-    finally:  # even when interrupted: what finished is in results.csv and the report
+    except KeyboardInterrupt as stop:  # what finished is in results.csv and the report, and shown
         frame = cluster.disconnect_while(lambda: write_results(out, points, errors))
-    return out, frame
+        raise stopping.Stopped(summary(base, sweep, frame, out, so_far=True)) from stop
+    except BaseException:  # a crash: what finished is in results.csv and the report all the same
+        cluster.disconnect_while(lambda: write_results(out, points, errors))
+        raise
+    return out, cluster.disconnect_while(lambda: write_results(out, points, errors))
 
 
-def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, out: OutDir) -> str:
+def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, out: OutDir, so_far: bool = False) -> str:
     """What `headsweep grid` prints at the end: the members' table (swept keys, the task's headline, status) and their
-    count by status, with where the files are."""
+    count by status, with where the files are; `so_far`: of a grid stopped before its end."""
     keys = [axis.key for axis in sweep.axes] + ["seed"]
     shown = keys + [c for c in (*view_of(task_of(base)).headline, "status") if c in frame.columns]
     table = frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False)
     counts = frame["status"].value_counts().to_dict()
-    return (table + "\n" + f"{len(frame)} members: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    heading = "stopped: the table so far ('unfinished': a member that had not finished)\n" if so_far else ""
+    return (heading + table + "\n" + f"{len(frame)} members: " + ", ".join(f"{n} {status}" for status, n in counts.items())
             + f"  [{out}/results.csv, {out}/report.html]" + (f" (local copy: {out.local})" if out.mirror else ""))
 
 

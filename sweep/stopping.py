@@ -32,3 +32,12 @@ def _interrupt(signum: int, frame) -> None:
 def stopped_by() -> signal.Signals:
     """The signal that stopped the run: SIGTERM if one came, else SIGINT (Ctrl-C)."""
     return signal.Signals[_received[-1]] if _received else signal.SIGINT
+
+
+class Stopped(KeyboardInterrupt):
+    """A grid or search stopped by hand once what had finished was written: `so_far` is the table it would have
+    printed at its end, as it stands (the CLI prints it before its one line; headsweep.grid and .search show it)."""
+
+    def __init__(self, so_far: str):
+        super().__init__()
+        self.so_far = so_far

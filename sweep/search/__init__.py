@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import optuna
 import pandas as pd
 
 from dashboards import report, search_wandb
-from sweep import cluster, preflight
+from sweep import cluster, preflight, stopping
 from sweep.search import loop, studies, tables
 from sweep.search.config import RENAMED_SAMPLERS, SearchConfig
 from sweep.storage import buckets
@@ -45,6 +46,8 @@ def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: s
     storage = studies.storage_for(storage_url, out.local.resolve(), create=False)
     for sl in all_slices if storage else []:
         studies.check_owner(storage, sl, search.knob.key, experiment, key)
+    if storage and not extend and (answered := _answered(base, search, storage, all_slices, out)) is not None:
+        return out, answered  # nothing to ask: no Ray, no training, no W&B run
     cluster.connect(address)
     cluster.check_resources(search.resources)
     preflight.check_storage(out)
@@ -55,14 +58,33 @@ def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: s
     opened = {sl.study_name: studies.open_study(sl, search, storage, experiment, key) for sl in all_slices}
     try:
         loop.run(base, search, all_slices, opened, out, extend)
-    finally:  # even when interrupted: what finished is in the tables and the report
+    except KeyboardInterrupt as stop:  # what finished is in the tables and the report, and shown
         table = cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
-    return out, table
+        raise stopping.Stopped(summary(base, search, table, out, so_far=True)) from stop
+    except BaseException:  # a crash: what finished is in the tables and the report all the same
+        cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
+        raise
+    return out, cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
 
 
-def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out: OutDir) -> str:
+def _answered(base, search: SearchConfig, storage, all_slices: list, out: OutDir) -> pd.DataFrame | None:
+    """The table of a search that has nothing left to ask (every slice finished, nothing running), computed from its
+    studies and files without writing anything; None if a slice would ask more, or has no study yet. (Searches for
+    the cheapest distribution, search.minimize, always go through the loop.)"""
+    if search.minimize or not (out.local / "min_diversity.csv").exists():
+        return None
+    try:
+        loaded = {sl.study_name: optuna.load_study(study_name=sl.study_name, storage=storage,
+                                                   sampler=studies.make_sampler(sl, search)) for sl in all_slices}
+    except KeyError:  # a slice without its study
+        return None
+    table, _ = tables.min_diversity_rows(loaded, all_slices, search, base, out.local)
+    return table if table["finished"].all() else None
+
+
+def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out: OutDir, so_far: bool = False) -> str:
     """What `headsweep search` prints at the end: the per-slice table (K*_q with its interval, or the best
-    candidates), what K*_q means, and where the files are."""
+    candidates), what K*_q means, and where the files are; `so_far`: of a search stopped before its end."""
     if search.minimize:
         lines = [table.drop(columns=["study"]).to_string(index=False)]
     else:
@@ -78,6 +100,9 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
             lines.append(note)
     lines.append(f"[{out}/{'best.csv' if search.minimize else 'min_diversity.csv'}, {out}/report.html]"
                  + (f" (local copy: {out.local})" if out.mirror else ""))
+    if so_far:
+        lines.insert(0, "stopped: the table so far ('no (open)': a slice that would have asked more; its seeds are "
+                        "those trained before the stop)")
     return "\n".join(lines)
 
 

@@ -186,7 +186,9 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
         if not batch and not references:
             if catching_up or left_to_others:  # what this round left to other drivers is asked next round if not
                 continue
-            if any(owners.taken(study) for study in studies.values()):  # the rest is another driver's: wait for it
+            # The rest is another driver's: wait for it. `taken` as this round began counts too: a study another
+            # driver was training then (so not asked here) may have been told since, and want more.
+            if taken or any(owners.taken(study) for study in studies.values()):
                 time.sleep(POLL_S)
                 yield []
                 continue
@@ -323,12 +325,7 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
         study.tell(trial, state=TrialState.FAIL)
         return
     success = search.success
-    # A diverged seed does not generalize, whatever its last finite evaluation said.
-    margins = [-math.inf if r.get("status") == "diverged" else success.margin(r.get(success.metric)) for r in results]
-    # A seed stopped once the others decided the candidate's verdict has no verdict of its own: it counts as not
-    # passing (ranked by its last evaluation for TPE's graded shortfall), so the candidate's verdict is the one its
-    # seeds decided, and its success rate a lower bound of the one training every seed would give.
-    margins = [min(m, -1e-9) if r.get("status") == VERDICT_KNOWN else m for m, r in zip(margins, results)]
+    margins = seed_margins(results, success)
     trial.set_user_attr("successes", sum(m >= 0 for m in margins))
     trial.set_user_attr("seeds", len(results))
     trial.set_user_attr("judged", sum(r.get("status") != VERDICT_KNOWN for r in results))  # the curve's seeds
@@ -343,6 +340,16 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
         study.tell(trial, state=TrialState.FAIL)
         return
     study.tell(trial, sum(objective) / len(objective))
+
+
+def seed_margins(results: list[dict], success) -> list[float]:
+    """How far each seed's result is past the success threshold (>= 0: it passed)."""
+    # A diverged seed does not generalize, whatever its last finite evaluation said.
+    margins = [-math.inf if r.get("status") == "diverged" else success.margin(r.get(success.metric)) for r in results]
+    # A seed stopped once the others decided the candidate's verdict has no verdict of its own: it counts as not
+    # passing (ranked by its last evaluation for TPE's graded shortfall), so the candidate's verdict is the one its
+    # seeds decided, and its success rate a lower bound of the one training every seed would give.
+    return [min(m, -1e-9) if r.get("status") == VERDICT_KNOWN else m for m, r in zip(margins, results)]
 
 
 def _metric(result: dict, name: str) -> float:

@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 
 from dashboards import figures
-from sweep.search import bisection, estimate, loop
+from sweep.search import bisection, estimate, loop, owners
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice
 from sweep.space import point_id, read_error, read_result
 from trainables import config
-from trainables.io import atomic_write, format_distribution
+from trainables.io import VERDICT_KNOWN, atomic_write, format_distribution
 from trainables.tasks import task_of
 
 
@@ -31,7 +31,7 @@ def write(out: Path, base: config.Config, search: SearchConfig, studies: dict, a
         atomic_write(out / "best.csv", table.assign(**{c: table[c].map(format_distribution) for c in distributions})
                      .to_csv(index=False))
         return table.drop(columns=distributions)
-    table, curves = min_diversity_rows(studies, all_slices, search, base)
+    table, curves = min_diversity_rows(studies, all_slices, search, base, out)
     atomic_write(out / "success_curve.csv", curves.to_csv(index=False))
     atomic_write(out / "min_diversity.csv", table.to_csv(index=False))
     return table
@@ -42,9 +42,11 @@ def member_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, ou
     directory under trials/), its Optuna trial's state and number, whether the candidate succeeded (feasible), final
     metrics. The candidate is the knob value, or a name of the params without a knob. A seed asked again after its
     Optuna trial failed (a driver stopped mid-evaluation: the same seeds, results reused) is one row, under the latest
-    Optuna trial that asked it."""
+    Optuna trial that asked it. A trial whose driver stopped before it could tell it (owners.zombies) is STOPPED, not
+    failed: its seeds that finished count, and a rerun tells them."""
     rows = {}
     for sl in all_slices:
+        stopped = owners.zombies(studies[sl.study_name])
         for trial in studies[sl.study_name].get_trials(deepcopy=False):
             if "seed_list" not in trial.user_attrs:  # pruned before training
                 continue
@@ -58,14 +60,17 @@ def member_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, ou
                 rows[sl.study_name, member] = {
                     "study": sl.study_name, **point,
                     "candidate": candidate[search.knob.key] if search.knob.key else point_id(candidate),
-                    "member": member, "state": trial.state.name, "optuna_trial": trial.number,
+                    "member": member, "state": "STOPPED" if trial.number in stopped else trial.state.name,
+                    "optuna_trial": trial.number,
                     "feasible": feasible} | result
     return pd.DataFrame(rows.values())
 
 
-def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchConfig,
-                       base: config.Config) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """min_diversity.csv and success_curve.csv, from every seed trained with a verdict of its own (estimate.py).
+def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base: config.Config,
+                       out: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """min_diversity.csv and success_curve.csv, from every seed trained with a verdict of its own (estimate.py): those
+    of the told evaluations, and (with `out`, where their results are) those that finished in an evaluation its
+    driver was stopped before it could tell (a Ctrl-C mid-round), unless another evaluation asked them again.
 
     One row per slice: K*_q (`diversity_star`, blank where the estimate is past the slice's widest knob value) and its
     interval [`diversity_star_low`, `diversity_star_high`] (its less and its more diverse end, in the knob's order,
@@ -73,7 +78,7 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
     high blank: the interval is open past the widest value, i.e. it may be that no value reaches q; low blank too:
     every value up to the widest is ruled out); the task's diversity measure (trigger copy: R) at K*_q and at the
     interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side); the widest value tried and p
-    there with its interval; the seeds behind the answer; whether the slice is finished, why it stopped (`stopped`:
+    there with its interval; the seeds behind the answer (a slice without any has every answer column blank); whether the slice is finished, why it stopped (`stopped`:
     settled, budget, plateau near q (budget spent with the rates around the crossing within 0.15 of q), or open: a
     search stopped before either) and, while not settled, about how many more trainings would settle it at the
     current rates (`to_settle`, for --extend; 10000: not within reach).
@@ -89,6 +94,8 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
         study = studies[sl.study_name]
         trials = study.get_trials(deepcopy=False)
         pooled = bisection.evidence(trials, knob)
+        if out is not None and search.answers_with_interval:  # (an m-of-n verdict needs the candidate's every seed)
+            add_stopped_seeds(pooled, study, sl, search, out)
         passed, trained = bisection.counts(sl.values, pooled)
         fit = estimate.fit(passed, trained, success.rate, success.confidence)
         curve = estimate.curve(passed, trained, success.rate, success.confidence)
@@ -112,6 +119,9 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
             "seeds": int(trained.sum()), "finished": done, "stopped": stop_reason(fit, passed, trained, search, done),
             "to_settle": 0 if fit.settled(search.resolution) else estimate.seeds_to_settle(
                 fit, passed, trained, success.rate, success.confidence)}
+        if not trained.any():  # no evidence: no answer, not the estimate's "every value and none"
+            answer = {"diversity_star", "diversity_star_low", "diversity_star_high", "widest_tried"}
+            row |= {k: None for k in answer} | {axis: np.nan, f"{axis}_low": np.nan, f"{axis}_high": np.nan}
         if not search.answers_with_interval:  # shared seeds: the m-of-n answer alone (docstring)
             interval = {"diversity_star_low", "diversity_star_high", f"{axis}_low", f"{axis}_high", "to_settle"}
             row = {k: v for k, v in row.items() if k not in interval}
@@ -123,6 +133,28 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
                         "passed": c.passed, "p": c.p, "p_low": c.p_low, "p_high": c.p_high}
                        for v, m, c in zip(sl.values, measures, curve)]
     return pd.DataFrame(rows), pd.DataFrame(curve_rows)
+
+
+def add_stopped_seeds(pooled: dict, study, sl: Slice, search: SearchConfig, out: Path) -> None:
+    """Add to `pooled` (bisection.evidence's) the seeds that finished in evaluations whose driver stopped before it
+    told them (failed as zombies: owners.py), read from their result.json, judged as loop.tell judges them; a seed
+    another evaluation asked again is that one's."""
+    stopped, trials = owners.zombies(study), study.get_trials(deepcopy=False)
+    asked_again = {(t.params.get(search.knob.key), seed) for t in trials if t.number not in stopped
+                   and t.state.name in ("COMPLETE", "RUNNING") for seed in t.user_attrs.get("seed_list", ())}
+    for trial in trials:
+        if trial.number not in stopped or search.knob.key not in trial.params:
+            continue
+        value = trial.params[search.knob.key]
+        point = sl.point | sl.candidate(trial.params, search.knob.key)
+        results = [r for seed in trial.user_attrs.get("seed_list", ()) if (value, seed) not in asked_again
+                   and (r := read_result(point | {"seed": seed}, out)) is not None]
+        if results:
+            margins = loop.seed_margins(results, search.success)
+            evidence = pooled.setdefault(value, bisection.Evidence())
+            evidence.successes += sum(m >= 0 for m in margins)
+            evidence.seeds += len(results)
+            evidence.judged += sum(r.get("status") != VERDICT_KNOWN for r in results)
 
 
 def for_terminal(table: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.DataFrame:
@@ -148,7 +180,7 @@ def extend_note(table: pd.DataFrame) -> str | None:
     none did); None for a table without intervals."""
     if "to_settle" not in table:
         return None
-    wanting = table[table["stopped"].isin(["budget", "open", "plateau near q"]) & (table["to_settle"] > 0)]
+    wanting = table[table["stopped"].isin(["budget", "plateau near q"]) & (table["to_settle"] > 0)]  # open: a rerun goes on
     reachable = wanting[wanting["to_settle"] < estimate.OUT_OF_REACH]["to_settle"]
     parts = [f"{len(reachable)} slice(s) would settle with about --extend {int(reachable.max())} more trainings each "
              "at the current rates"] if len(reachable) else []

@@ -160,16 +160,16 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path):
 
 
 def test_a_grid_stopped_by_ctrl_c_says_so_in_one_line_and_resumes(tmp_path):
-    """A grid stopped by Ctrl-C once a trial has finished: exit 130, one line on stderr saying what is kept and how to
-    resume (no Ray stack dump, no Tune restore recipe, no traceback), and the same command again trains only what was
-    left. A scheduler's SIGTERM ends the same way (sweep/stopping.py): in process in tests/unit/test_cli_args.py, and
+    """A grid stopped by Ctrl-C once a trial has finished: exit 130, its table so far on stdout (`headsweep show`
+    prints it again), one line on stderr saying what is kept and how to resume (no Ray stack dump, no Tune restore
+    recipe, no traceback), and the same command again trains only what was left. A scheduler's SIGTERM ends the same way (sweep/stopping.py): in process in tests/unit/test_cli_args.py, and
     with a real grid and its local Ray in tests/e2e/test_slurm.py (a requeued job)."""
     stop = signal.SIGINT  # as a terminal sends it
     config_file, out = tmp_path / "slow_grid.yaml", tmp_path / "out"
     config_file.write_text(SLOW_GRID.replace("values: [4, 5, 6]", "values: [4, 6]"))  # 4 trials
     # Its own Ray, as on a laptop; SIGINT as a terminal leaves it (a test run in the background inherits it ignored,
     # and a Python started with SIGINT ignored keeps ignoring it, as a background job should).
-    driver = subprocess.Popen([HEADSWEEP, "grid", str(config_file), "--out", str(out)], stdout=subprocess.DEVNULL,
+    driver = subprocess.Popen([HEADSWEEP, "grid", str(config_file), "--out", str(out)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -177,7 +177,7 @@ def test_a_grid_stopped_by_ctrl_c_says_so_in_one_line_and_resumes(tmp_path):
         while time.time() < deadline and driver.poll() is None and not finished(out):
             time.sleep(0.05)
         driver.send_signal(stop)
-        _, stderr = driver.communicate(timeout=300)
+        stdout, stderr = driver.communicate(timeout=300)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)  # whatever of its local Ray is left
@@ -187,6 +187,11 @@ def test_a_grid_stopped_by_ctrl_c_says_so_in_one_line_and_resumes(tmp_path):
     assert stderr.strip().splitlines() == [stderr.strip()], stderr  # one line
     assert stderr.startswith("headsweep: stopped (Ctrl-C); ")
     assert "run the same command again to resume" in stderr
+    # the table so far on stdout: every member, those that had not finished marked so
+    so_far = stdout[stdout.index("stopped: the table so far"):]
+    assert "4 members: " in so_far and f"{len(done_before)} completed" in so_far and "unfinished" in so_far
+    shown = headsweep("show", out, timeout=120)  # and again from its files, with nothing started
+    assert shown.returncode == 0 and shown.stdout.strip() in so_far, shown.stdout + shown.stderr
 
     proc = headsweep("grid", config_file, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]

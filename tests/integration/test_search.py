@@ -1,4 +1,5 @@
 """`headsweep search` on a real local Ray and a real Optuna journal: answers, agreement with the grid, SIGKILL."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -132,3 +133,46 @@ def test_guided_search_and_the_exhaustive_sampler_agree_on_paper_theory_slices(t
         counts[sampler] = minimal["seeds"].sum()
     assert answers["bisection"] == answers["exhaustive"] and not pd.isna(answers["exhaustive"]).any()
     assert counts["bisection"] < counts["exhaustive"]
+
+
+def test_a_search_stopped_by_ctrl_c_shows_its_table_so_far_counting_every_finished_seed(unguided_search, tmp_path):
+    """Ctrl-C once some seeds have finished: the table so far on stdout (unfinished slices marked, each counting the
+    seeds trained before the stop, those of the round in flight included), never a failed seed that had finished;
+    `headsweep show` prints it again without starting anything. The same command then resumes to the uninterrupted
+    answer, and once more prints the finished table without starting Ray."""
+    out = tmp_path / "stopped"
+    driver = subprocess.Popen([HEADSWEEP, "search", *map(str, UNGUIDED_SEARCH), "--out", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and driver.poll() is None and len(result_files(out)) < 2:
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGINT)
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # whatever of its local Ray is left
+    assert driver.returncode == 130 and stderr.startswith("headsweep: stopped (Ctrl-C); "), stderr[-2000:]
+    finished_seeds = len(result_files(out))
+    assert 2 <= finished_seeds < len(result_files(unguided_search)), "the search should have been stopped midway"
+    so_far = stdout[stdout.index("stopped: the table so far"):]
+    assert "K*_q [interval]" in so_far and "no (open)" in so_far
+    table = pd.read_csv(out / "min_diversity.csv")
+    assert table["seeds"].sum() == finished_seeds and not table["finished"].all()
+    assert table.loc[table["seeds"] == 0, ["diversity_star", "diversity_star_low", "diversity_star_high"]].isna().all().all()
+    trials = pd.read_csv(out / "trials.csv")
+    assert not trials[trials["state"] == "FAIL"]["ood/acc"].notna().any()  # a seed that finished is never failed
+
+    shown = headsweep("show", out, timeout=120)
+    assert shown.returncode == 0 and shown.stdout.strip() in so_far, shown.stdout + shown.stderr
+
+    proc = headsweep("search", *UNGUIDED_SEARCH, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = pd.read_csv(unguided_search / "min_diversity.csv").drop(columns=["study"])
+    assert pd.read_csv(out / "min_diversity.csv").drop(columns=["study"]).equals(expected)
+    experiments = sorted(out.glob("ray/search-*"))
+    again = headsweep("search", *UNGUIDED_SEARCH, "--out", out)
+    assert again.returncode == 0 and "K*_q [interval]" in again.stdout, again.stderr[-3000:]
+    assert sorted(out.glob("ray/search-*")) == experiments  # no Tune run: Ray never started
+    assert again.stdout.splitlines()[-4:] == proc.stdout.splitlines()[-4:]

@@ -49,7 +49,17 @@ def test_rerun_on_the_same_out_keeps_the_finished_run(debug_run):
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     proc = headsweep("train", CONFIGS / "debug.yaml", "seed=1", "--out", out)
     assert proc.returncode == 0 and proc.stdout.startswith("already finished")
+    shown = headsweep("show", out)  # the same line from the files, nothing trained
+    assert shown.returncode == 0 and shown.stdout == proc.stdout.removeprefix("already finished: ")
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_show_refuses_what_is_no_output_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for where, reason in ((tmp_path / "missing", "is not a directory"), (tmp_path / "empty", "holds no headsweep")):
+        proc = headsweep("show", where)
+        assert proc.returncode == 2 and proc.stderr.startswith("headsweep: error: DIR: ") and reason in proc.stderr
+        assert proc.stderr.count("\n") == 1
 
 
 def test_a_different_config_on_the_same_out_is_refused(debug_run):

@@ -355,3 +355,49 @@ def test_the_threshold_sampler_judges_every_seed_on_its_own(tmp_path):
     rule = loop.verdict_rule(search, first=0)
     rules = [rule({"task.lengths.low": 2, "task.lengths.width": 3, "seed": s}) for s in range(3)]
     assert {(r["needed"], r["size"]) for r in rules} == {(1, 1)} and len({r["group"] for r in rules}) == 3
+
+
+def test_a_stopped_evaluations_finished_seeds_count_and_a_slice_without_seeds_has_no_answer(tmp_path):
+    """A driver stopped mid-evaluation fails its trial as a zombie (owners.py): the seeds of it that finished count in
+    the table (judged as tell judges them) and their rows say STOPPED, not FAIL; an unfinished seed counts nowhere.
+    A slice with no seed at all has a blank answer and interval, and the table's --extend note leaves open slices
+    to a rerun."""
+    base, search, all_slices, studies, _ = setup(tmp_path)
+    first, second = all_slices
+    study = studies[first.study_name]
+    trial, _ = owners.ask(study, first.distributions(search.knob.key))
+    seeds = [0, 1, 2]
+    trial.set_user_attr("seed_list", seeds)
+    point = first.point | first.candidate(trial.params, search.knob.key)
+    for seed, acc in ((0, 1.0), (1, 0.1)):  # seed 2 never finished
+        path = space.trial_dir(tmp_path, point | {"seed": seed})
+        path.mkdir(parents=True)
+        write_json(path / "result.json", {"ood/acc": acc, "status": "completed"})
+    owners.fail_as_zombie(study, trial.number)
+
+    table, curve = tables.min_diversity_rows(studies, all_slices, search, base, tmp_path)
+    stopped, empty = table.iloc[0], table.iloc[1]
+    assert stopped["seeds"] == 2 and not stopped["finished"] and stopped["stopped"] == "open"
+    at = curve[(curve["study"] == first.study_name) & (curve["trained"] > 0)]
+    assert list(at[["trained", "passed"]].iloc[0]) == [2, 1] and len(at) == 1
+    assert empty["seeds"] == 0 and empty[["diversity_star", "diversity_star_low", "diversity_star_high"]].isna().all()
+    assert tables.for_terminal(table, [a.key for a in search.slices], "data/max_sum_ratio")["K*_q [interval]"].iloc[1] == "-"
+    assert tables.extend_note(table) == ""
+    # without the output directory (what an Optuna-only reader has) the stopped seeds are not seen
+    assert tables.min_diversity_rows(studies, all_slices, search, base)[0]["seeds"].sum() == 0
+    rows = tables.member_rows(studies, all_slices, search, tmp_path)
+    assert sorted(zip(rows["seed"], rows["state"], rows["status"])) == [
+        (0, "STOPPED", "completed"), (1, "STOPPED", "completed"), (2, "STOPPED", "unfinished")]
+
+
+def test_a_driver_waits_while_a_study_it_saw_taken_may_want_more(tmp_path, monkeypatch):
+    """Every study was another driver's as the round began, and its trial was told before this driver looked again:
+    the driver waits and looks again (a round of nothing) rather than ending with the studies unfinished, as it did
+    when the other driver's tell fell between its two looks."""
+    base, search, all_slices, studies, _ = setup(tmp_path)
+    looks = iter([True] * len(studies))  # the round's first look: every study taken; then told, free
+    monkeypatch.setattr(owners, "taken", lambda study, me=None: next(looks, False))
+    monkeypatch.setattr(loop, "POLL_S", 0.0)
+    asked = loop.rounds(base, search, all_slices, studies, tmp_path, extend=0)
+    assert next(asked) == []  # waited
+    assert next(asked)  # and then asks the studies itself

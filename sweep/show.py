@@ -1,0 +1,59 @@
+"""`headsweep show DIR`: the table a train, grid or search printed when it ended (or so far, when it was stopped), read
+back from the files in its output directory (or a bucket's place, pulled into its local mirror). Nothing starts: no
+Ray, no training, no W&B run, and nothing in DIR is written."""
+from __future__ import annotations
+
+import pandas as pd
+
+from dashboards import report
+from sweep.storage.out_dir import OutDir
+from trainables import config
+from trainables.errors import ConfigError
+from trainables.io import read_json
+from trainables.tasks import task_of, view_of
+
+
+def text(out: OutDir) -> str:
+    """What the verb that wrote `out` printed at its end, from its files."""
+    kind = report.detect(out.local)
+    source = out.local / "config.yaml"
+    if not source.exists():
+        raise ConfigError("DIR", f"{out} has no config.yaml: not the output of headsweep {kind}, or written by hand")
+    if kind == "train":
+        return train_summary(out)
+    if kind == "grid":
+        from sweep import grid, space
+
+        if not (out.local / "results.csv").exists():
+            raise ConfigError("DIR", f"{out} is a grid whose driver never wrote results.csv (still running, or killed "
+                                     "before it could): run the same grid again to resume it")
+        base, sweep, _ = space.load_sweep(source, [])
+        return grid.summary(base, sweep, pd.read_csv(out.local / "results.csv"), out)
+    from sweep import search as search_verb
+    from sweep.search.config import load_search
+
+    base, search = load_search(source, [])
+    table_file = out.local / ("best.csv" if search.minimize else "min_diversity.csv")
+    if not table_file.exists():
+        raise ConfigError("DIR", f"{out} is a search whose driver never wrote {table_file.name} (still running, or "
+                                 "killed before it could): run the same search again to resume it")
+    return search_verb.summary(base, search, pd.read_csv(table_file), out)
+
+
+def train_summary(out: OutDir) -> str:
+    """`headsweep train`'s line: the task's headline metrics, status and steps, from result.json."""
+    path = out.local / "result.json"
+    if not path.exists():
+        raise ConfigError("DIR", f"{out} is a training that has not finished (no result.json): run it again")
+    metrics = read_json(path)
+    cfg = config.load(out.local / "config.yaml", [])
+    return f"{line(metrics, view_of(task_of(cfg)).headline)}  [{out}]"
+
+
+def line(metrics: dict, headline: tuple[str, ...]) -> str:
+    """One training's final metrics in one line: the headline's, then status and steps, then its time."""
+    def fmt(key: str) -> str:
+        value = metrics.get(key)
+        return f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
+
+    return " ".join(fmt(k) for k in (*headline, "status", "steps")) + f" ({metrics['seconds']:.1f} s)"

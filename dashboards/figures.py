@@ -80,7 +80,41 @@ def against(x: np.ndarray, ys: dict[str, np.ndarray], x_label: str) -> Figure:
         ax.scatter(x, y, s=18, alpha=0.8)
         ax.set_title(metric, fontsize="medium")
         ax.set_xlabel(x_label)
+        log_axis_if_geometric(ax, x)
         ax.grid(alpha=0.3)
+    return fig
+
+
+GEOMETRIC = 30  # values spanning this factor or more (all positive) get a log axis: 16, 256, 1024 read as steps
+
+
+def log_axis_if_geometric(ax, values) -> None:
+    values = pd.to_numeric(pd.Series(np.asarray(values).ravel()), errors="coerce").dropna()
+    if len(values) and values.min() > 0 and values.max() / values.min() >= GEOMETRIC:
+        ax.set_xscale("log")
+
+
+def one_axis(results: pd.DataFrame, x: str, metric: str) -> Figure:
+    """A one-axis grid's phase diagram: `metric` of every member against the swept key (a dot per seed, the mean over
+    seeds as a line), on a log axis where the values span a factor of GEOMETRIC or more."""
+    _check_columns(results, [x, metric])
+    if results.empty:
+        raise ValueError("no results to plot")
+    _check_nothing_else_varies(results, keys=[x])
+    values = pd.to_numeric(results[metric], errors="coerce")
+    means = values.groupby(results[x]).mean().sort_index()
+    fig = new_figure(5.2, 3.6, dpi=120)
+    ax = fig.subplots()
+    ax.scatter(results[x], values, s=18, alpha=0.6, label="a seed")
+    ax.plot(means.index, means.to_numpy(), marker="o", label="mean over seeds")
+    if metric.endswith(UNIT_INTERVAL_SUFFIXES):
+        ax.set_ylim(-0.03, 1.03)
+    log_axis_if_geometric(ax, results[x])
+    ax.set_xlabel(x)
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", frameon=False)
+    fig.suptitle(f"{metric} over {short_key(x)}")
     return fig
 
 

@@ -140,9 +140,11 @@ def draw_phase_diagram(finished: pd.DataFrame, cfg: dict | None, view: TaskView)
     keys = [axis["key"] for axis in sweep.get("axes", [])]
     diagram = sweep.get("phase_diagram", {})
     metric, level = diagram.get("metric") or task.success_metric, diagram.get("ratio_level") or None
-    if not (x in keys and y in keys and len(finished)):
+    if not (x in keys and len(finished)) or (y is not None and y not in keys):
         return None, metric
     try:
+        if y is None:  # a one-axis grid
+            return figures.one_axis(finished, x, metric), metric
         return figures.phase_diagram(finished, x, y, metric, ratio_level=level, ratio_metric=task.diversity_axis,
                                      ratio_label=view.short_names.get(task.diversity_axis, ""),
                                      panels=[k for k in keys if k not in (x, y)]), metric

@@ -135,8 +135,8 @@ class GridResult(_Members):
         return [axis["key"] for axis in (self.config.get("sweep") or {}).get("axes", [])] + ["seed"]
 
     def phase_diagram(self) -> Figure | None:
-        """The phase diagram of report.html and phase_diagram.png (the sweep's phase_diagram section) as a matplotlib
-        Figure; None where it cannot be drawn (fewer than two axes, nothing finished)."""
+        """The phase diagram of report.html and phase_diagram.png (the sweep's phase_diagram section; a one-axis grid:
+        the metric against its key) as a matplotlib Figure; None where it cannot be drawn (nothing finished)."""
         finished = self.df[self.df["status"].isin(FINISHED)] if "status" in self.df else self.df
         return _drawn_in_ipython(report.draw_phase_diagram(finished, self.config, view_of(task_of(self.config)))[0])
 

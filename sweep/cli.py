@@ -249,6 +249,7 @@ def _list(args) -> int:
     from trainables.models import MODELS
     from trainables.tasks import TASKS
 
+    width = max(len(name) for registry in (TASKS, MODELS) for name in registry.sources())  # one column for all
     for registry, describe in ((TASKS, _describe_task), (MODELS, _describe_model)):
         print(f"{registry.kind}s ({registry.key}: one of these, or a module path my_package.my_module:ATTR):")
         for name, sources in registry.sources().items():
@@ -257,9 +258,9 @@ def _list(args) -> int:
             except ConfigError as e:
                 facts = [f"not usable: {e.reason}"]
             origin = " and ".join(s.origin for s in sources)
-            print(f"  {name:<16} {origin}")
+            print(f"  {name:<{width}} {origin}")
             for line in facts:
-                print(f"  {'':<16}   {line}")
+                print(f"  {'':<{width}}   {line}")
     return 0
 
 

@@ -103,14 +103,27 @@ def _loopback_only():
             os.environ[LOOPBACK_VAR] = saved_var
 
 
-def check_resources(resources) -> None:
+def refuse_gpus_a_local_ray_lacks(resources, address: str | None, section: str = "sweep") -> None:
+    """Before a local Ray starts (seconds): a trial that asks for GPUs on a machine where torch sees none would only
+    be refused once Ray is up. A cluster (an address, or RAY_ADDRESS) is asked by check_resources instead."""
+    if resources.gpu <= 0 or address or os.environ.get("RAY_ADDRESS"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"{section}.resources.gpu", f"asks for {resources.gpu:g} GPU per trial, but this machine "
+                                                      "has none that torch can use; set it to 0, or give --address of "
+                                                      "a cluster with GPUs")
+
+
+def check_resources(resources, section: str = "sweep") -> None:
     """Fail before any trial starts if no node could ever run one (they would stay PENDING forever)."""
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     fits = [n for n in nodes if n.get("CPU", 0) >= resources.cpu and n.get("GPU", 0) >= resources.gpu]
     if fits:
         return
     gpus, cpus = max(n.get("GPU", 0) for n in nodes), max(n.get("CPU", 0) for n in nodes)
-    key = "sweep.resources.gpu" if resources.gpu > gpus else "sweep.resources.cpu"
+    key = f"{section}.resources.gpu" if resources.gpu > gpus else f"{section}.resources.cpu"
     raise ConfigError(key, f"a trial asks for {resources.cpu:g} CPU and {resources.gpu:g} GPU, but the largest "
                            f"node of this cluster has {cpus:g} CPU and {gpus:g} GPU")
 

@@ -31,6 +31,7 @@ def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_a
     resolved = config.to_yaml(base, sweep=sweep)
     out = OutDir.open(out_arg)
     claim_out(out.local, resolved, config.to_yaml_as_written_before(base, sweep=sweep))
+    cluster.refuse_gpus_a_local_ray_lacks(sweep.resources, address)
     cluster.connect(address)
     cluster.check_resources(sweep.resources)
     packs = tuner.grid_plan(base, sweep, points, out, verdict=space.verdict_rule(base, sweep))

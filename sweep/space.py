@@ -5,6 +5,7 @@ trainable only ever sees a base dict and a point, and a point's id names its dir
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -166,6 +167,12 @@ def parse_constraint(text: str, keys: list[str], where: str):
     return lambda point: compare(a(point), b(point))
 
 
+def did_you_mean(key: str, keys) -> str:
+    """" (did you mean K?)" with the closest of `keys`, or "" if none is close."""
+    match = difflib.get_close_matches(key, list(keys), n=1)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
 def parse_sum(text: str, keys: list[str], where: str):
     terms, position = [], 0
     while position < len(text):
@@ -178,7 +185,8 @@ def parse_sum(text: str, keys: list[str], where: str):
         elif token in keys:
             terms.append(lambda point, key=token, sign=sign: sign * point[key])
         else:
-            raise ConfigError(where, f"{token!r} is neither a swept key ({', '.join(keys)}) nor a number")
+            raise ConfigError(where, f"{token!r} is neither a swept key ({', '.join(keys)}) nor a number"
+                                     + did_you_mean(token, keys))
         position = term.end()
     if not terms:
         raise ConfigError(where, "an empty side")

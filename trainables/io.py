@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import Callable, IO
 
+import yaml
+
 from trainables.errors import ConfigError
 
 # A member's stopper (trainables/stopper.py; a sweep's verdict rule, sweep/verdicts.py) may end it with these two:
@@ -48,7 +50,23 @@ def claim_out(out: Path, resolved_config: str, *as_written_before: str) -> None:
         raise ConfigError("--out", f"{out} is a file, not a directory")
     existing = Path(out) / "config.yaml"
     if existing.exists() and existing.read_text() not in (resolved_config, *as_written_before):
-        raise ConfigError("--out", f"{out} holds the results of a different config; choose another directory")
+        differ = config_difference(existing.read_text(), resolved_config)
+        raise ConfigError("--out", f"{out} holds the results of a different config ({differ}); choose another "
+                                   "directory")
+
+
+def config_difference(there: str, here: str, shown: int = 3) -> str:
+    """The keys on which two resolved configs (YAML) differ, each with both values: "seed: 0 there, 1 here"."""
+    def leaves(tree, prefix=""):
+        if isinstance(tree, dict):
+            return {k: v for name, value in tree.items() for k, v in leaves(value, f"{prefix}{name}.").items()}
+        return {prefix[:-1]: tree}
+
+    old, new = leaves(yaml.safe_load(there) or {}), leaves(yaml.safe_load(here) or {})
+    missing = object()
+    differ = [f"{key}: {old.get(key, 'unset')} there, {new.get(key, 'unset')} here" for key in sorted(old | new)
+              if old.get(key, missing) != new.get(key, missing)]
+    return "; ".join(differ[:shown]) + (f"; and {len(differ) - shown} more" if len(differ) > shown else "")
 
 
 def create_out(out: Path, resolved_config: str | None = None) -> None:

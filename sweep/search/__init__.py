@@ -48,8 +48,9 @@ def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: s
         studies.check_owner(storage, sl, search.knob.key, experiment, key)
     if storage and not extend and (answered := _answered(base, search, storage, all_slices, out)) is not None:
         return out, answered  # nothing to ask: no Ray, no training, no W&B run
+    cluster.refuse_gpus_a_local_ray_lacks(search.resources, address, "search")
     cluster.connect(address)
-    cluster.check_resources(search.resources)
+    cluster.check_resources(search.resources, "search")
     preflight.check_storage(out)
 
     create_out(out.local, resolved)  # atomic: another driver may be reading config.yaml in claim_out

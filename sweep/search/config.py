@@ -2,6 +2,8 @@
 validated before anything runs."""
 from __future__ import annotations
 
+import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +12,7 @@ import optuna
 from sweep.search import guide
 from sweep.search.estimate import seeds_to_decide
 from sweep.search.guide import GuideConfig
-from sweep.space import AxisConfig, RunConfig
+from sweep.space import AxisConfig, RunConfig, did_you_mean, parse_constraint
 from sweep.verdicts import StopConfig
 from trainables import config, dry_run
 from trainables.errors import require
@@ -128,8 +130,68 @@ def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
     success.metric = success.metric or task.success_metric
     task_direction = ">=" if task.success_above else "<="
     success.direction = success.direction or (task_direction if success.metric == task.success_metric else ">=")
+    narrowing = _narrowed(base, search)
     _require_valid(base, search)
+    swept = [a.key for a in search.slices] + [search.knob.key] + [n for p in search.params for n in p.names()]
+    for i, text in enumerate(search.constraints):  # a key misspelt: refused here, with the key it meant
+        parse_constraint(text, swept, f"search.constraints[{i}]")
+    for line in narrowing:  # once the search is known to be valid: an error is the one line
+        note(line)
     return base, search
+
+
+def _narrowed(base: config.Config, search: SearchConfig) -> list[str]:
+    """A search narrowed by one override (a slice key dropped from search.slices, its value then set as any key):
+    the guide's `across` keys that are no longer slice keys are dropped (the guide goes off if none is left), and a
+    constraint reads a key that is no longer swept at its value in the config; each change is one line (returned).
+    A slice key, an `across` key or a constraint's key that is no key of the training config at all is refused,
+    with the closest key."""
+    keys, lines = _dotted_keys(config.to_dict(base)), []
+    for i, axis in enumerate(search.slices):
+        require((f"search.slices[{i}].key", axis.key in keys,
+                 f"{axis.key} is not a key of the training config{did_you_mean(axis.key, keys)}"))
+    slice_keys = [axis.key for axis in search.slices]
+    if search.guide.metric:
+        for key in search.guide.across:
+            require(("search.guide.across", key in slice_keys or key in keys,
+                     f"{key} is not a key of the training config"
+                     + (did_you_mean(key, slice_keys) or did_you_mean(key, keys))))
+        gone = [key for key in search.guide.across if key not in slice_keys]
+        if gone:
+            search.guide.across = [key for key in search.guide.across if key in slice_keys]
+            if not search.guide.across:
+                search.guide.metric = ""
+            lines.append(f"search.guide.across: {', '.join(gone)} is no longer a slice key; "
+                         + (f"the guide carries verdicts across {', '.join(search.guide.across)}" if search.guide.across
+                            else "the guide is off (each slice searched on its own)"))
+    swept = set(slice_keys) | {search.knob.key} | {n for p in search.params for n in p.names()}
+    for i, text in enumerate(search.constraints):
+        fixed = {token: value for token in _IDENTIFIER.findall(text) if token not in swept and token in keys
+                 and isinstance(value := config.select(base, token), (int, float)) and not isinstance(value, bool)}
+        if fixed:
+            search.constraints[i] = _IDENTIFIER.sub(lambda m: str(fixed[m.group(0)]) if m.group(0) in fixed
+                                                    else m.group(0), text)
+            lines.append(f"search.constraints[{i}]: "
+                         f"{', '.join(f'{k} is not swept, read as {v}' for k, v in fixed.items())} "
+                         f"({search.constraints[i]!r})")
+    return lines
+
+
+def _dotted_keys(tree: dict, prefix: str = "") -> set[str]:
+    """Every leaf's dotted key."""
+    keys = set()
+    for name, value in tree.items():
+        key = f"{prefix}{name}"
+        keys |= _dotted_keys(value, key + ".") if isinstance(value, dict) else {key}
+    return keys
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def note(text: str) -> None:
+    """One line on stderr saying what headsweep made of the config (it goes on)."""
+    print(f"headsweep: {text}", file=sys.stderr)
 
 
 def searched_keys(search: SearchConfig) -> dict[str, str]:

@@ -67,7 +67,8 @@ def check(guide: GuideConfig, slice_keys: list[str], base) -> None:
     if guide.metric not in measures:
         raise ConfigError("search.guide.metric", f"must be one of {', '.join(measures)} (known before training)")
     if not guide.across or not set(guide.across) <= set(slice_keys):
-        raise ConfigError("search.guide.across", f"must name one or more slice keys ({', '.join(slice_keys)})")
+        raise ConfigError("search.guide.across", f"must name one or more slice keys ({', '.join(slice_keys)}); "
+                                                 "search.guide.metric= (empty) turns the guide off")
 
 
 def evidence_before(study, key: str, round_index: int) -> dict[int, bisection.Evidence]:

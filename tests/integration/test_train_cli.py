@@ -67,6 +67,7 @@ def test_a_different_config_on_the_same_out_is_refused(debug_run):
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     proc = headsweep("train", CONFIGS / "debug.yaml", "seed=2", "--out", out)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--out" in proc.stderr
+    assert "(seed: 1 there, 2 here)" in proc.stderr  # the key that differs, with both values
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 

@@ -160,7 +160,7 @@ def test_train_into_no_out_uses_a_fresh_directory_and_the_cli_dir_reads_the_same
 def no_ray(monkeypatch):
     """The verbs with their Ray calls left out (the fakes below train)."""
     monkeypatch.setattr(cluster, "connect", lambda address: None)
-    monkeypatch.setattr(cluster, "check_resources", lambda resources: None)
+    monkeypatch.setattr(cluster, "check_resources", lambda resources, section="sweep": None)
     monkeypatch.setattr(cluster, "disconnect_while", lambda work: work())
     monkeypatch.setattr(preflight, "check_storage", lambda out: None)
     monkeypatch.setattr(search_wandb, "log_search", lambda out: None)

@@ -321,3 +321,22 @@ def test_thresholds_against_theory_draw_the_measured_intervals_and_keep_the_boun
     assert labelled(ax, "not finished: the answer may still move")
     assert "100%" in [t.get_text() for t in ax.texts]
     assert_not_flat(pixels(figure))
+
+
+def test_a_one_axis_grid_draws_its_metric_against_the_key_on_a_log_axis_when_geometric():
+    """What GridResult.phase_diagram() and phase_diagram.png show for a grid with one axis (the commonest grid): a dot
+    per seed and the mean per value; values spanning a factor of 30 or more (8, 64, 1024) on a log axis, others not."""
+    from dashboards import report
+    from trainables.tasks import TASKS, view_of
+
+    cfg = {"task": {"name": "trigger_copy"}, "sweep": {"axes": [{"key": "task.n_pairs_per_cell", "values": [8, 64, 1024]}]}}
+    results = pd.DataFrame({"task.n_pairs_per_cell": [8, 8, 64, 64, 1024, 1024], "seed": [0, 1] * 3,
+                            "ood/acc": [0.1, 0.2, 0.5, 0.7, 1.0, 0.9]})
+    figure, metric = report.draw_phase_diagram(results, cfg, view_of(TASKS["trigger_copy"]))
+    [ax] = figure.axes
+    assert metric == "ood/acc" and ax.get_xscale() == "log" and ax.get_xlabel() == "task.n_pairs_per_cell"
+    mean_line = ax.get_lines()[0]
+    assert list(mean_line.get_ydata()) == pytest.approx([0.15, 0.6, 0.95])
+    narrow = results.assign(**{"task.n_pairs_per_cell": [1, 1, 2, 2, 3, 3]})
+    cfg["sweep"]["axes"][0]["values"] = [1, 2, 3]
+    assert report.draw_phase_diagram(narrow, cfg, view_of(TASKS["trigger_copy"]))[0].axes[0].get_xscale() == "linear"

@@ -105,13 +105,35 @@ def test_predictions_carry_successes_down_and_failures_up_the_measure():
     assert bisection.next_value(values, {}, 1.0, predicted={1: False, 2: False, 3: False, 4: True, 5: True}) == 4
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["search.guide.metric=ood/acc", "search.guide.across=[task.lengths.low]"], "search.guide.metric"),
-    (["search.guide.metric=data/max_sum_ratio", "search.guide.across=[task.n_triggers]"], "search.guide.across"),
-    (["search.guide.across=[]"], "search.guide.across"),
+@pytest.mark.parametrize("overrides, key, meant", [
+    (["search.guide.metric=ood/acc", "search.guide.across=[task.lengths.low]"], "search.guide.metric", None),
+    (["search.guide.metric=data/max_sum_ratio", "search.guide.across=[task.n_trigers]"], "search.guide.across",
+     "task.n_triggers"),
+    (["search.slices=[{key: task.lengths.lo, values: [2, 4]}]"], "search.slices[0].key", "task.lengths.low"),
+    (["search.constraints=[task.lengths.lo + task.lengths.width <= 9]"], "search.constraints[0]", "task.lengths.low"),
+    (["search.guide.across=[]"], "search.guide.across", None),
 ])
-def test_bad_guides_name_their_key(overrides, key):
-    """(tpe and exhaustive ignore a guide: search.sampler=exhaustive runs a guided config's reference unchanged.)"""
+def test_bad_guides_and_slice_keys_name_their_key(overrides, key, meant):
+    """(tpe and exhaustive ignore a guide: search.sampler=exhaustive runs a guided config's reference unchanged.) A
+    typo gets the key it meant."""
     with pytest.raises(ConfigError) as error:
         load_search(CONFIGS / "debug_search.yaml", overrides)
     assert error.value.key == key
+    assert meant is None or f"(did you mean {meant}?)" in str(error.value)
+
+
+def test_narrowing_to_other_slices_is_one_override_that_says_what_it_dropped(capsys):
+    """The slices replaced by one override: the guide across the slice key gone is turned off, and the constraint
+    on it reads its value in the config (3), each said in one line; the search is as if written that way."""
+    base, search = load_search(CONFIGS / "debug_search.yaml", [
+        "search.slices=[{key: task.n_triggers, values: [1, 2]}]", "task.lengths.low=3"])
+    assert not guide.active(search) and search.constraints == ["3 + task.lengths.width <= 9"]
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == ["headsweep: search.guide.across: task.lengths.low is no longer a slice key; the guide is off "
+                     "(each slice searched on its own)",
+                     "headsweep: search.constraints[0]: task.lengths.low is not swept, read as 3 "
+                     "('3 + task.lengths.width <= 9')"]
+    [sl] = [s for s in search_studies.slices(base, search, base.name) if s.point["task.n_triggers"] == 1]
+    assert max(sl.values) == 6  # the constraint cut the knob (high 7) at low = 3, in every slice: one line
+    assert capsys.readouterr().err == ("headsweep: search.knob.high: 7 is cut to 6 by search.constraints in every "
+                                       "slice\n")

@@ -214,9 +214,12 @@ def test_list_shows_every_source_and_a_broken_plugin_on_its_own_line(site, capsy
                       "headsweep.models": {"mixer": MIXER}})
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "\n  again            package my-tasks 1.0\n                     Say it again" in out
+    width = len("linear_regression")  # the longest name: one column for every name, its facts indented past it
+    row = lambda name, origin, first_fact="": f"\n  {name:<{width}} {origin}\n" + (
+        f"  {'':<{width}}   {first_fact}" if first_fact else "")
+    assert row("again", "package my-tasks 1.0", "Say it again") in out
     assert "diversity knobs: task.n_train_strings; axis: data/n_train_strings" in out
     assert re.search(r"\n  broken +package my-tasks 1\.0\n +not usable: task 'broken' .* cannot be imported: "
                      r"ModuleNotFoundError", out)
-    assert "\n  mixer            package my-tasks 1.0\n                     A causal running mean" in out
-    assert "\n  trigger_copy     built-in\n" in out and "\n  transformer      built-in\n" in out
+    assert row("mixer", "package my-tasks 1.0", "A causal running mean") in out
+    assert all(row(name, "built-in") in out for name in ("trigger_copy", "transformer", "linear_regression"))

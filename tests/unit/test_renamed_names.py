@@ -43,7 +43,7 @@ def test_search_sampler_grid_still_works_with_a_one_line_deprecation_notice(tmp_
 def search_without_ray(monkeypatch, fake_width_tune):
     """sweep.search.run with the unit tier's fake executor in place of Ray Tune: no cluster, no bucket, no W&B."""
     monkeypatch.setattr(cluster, "connect", lambda address: None)
-    monkeypatch.setattr(cluster, "check_resources", lambda resources: None)
+    monkeypatch.setattr(cluster, "check_resources", lambda resources, section="sweep": None)
     monkeypatch.setattr(cluster, "disconnect_while", lambda work: work())
     monkeypatch.setattr(preflight, "check_storage", lambda out: None)
     monkeypatch.setattr(search_wandb, "log_search", lambda out: None)

@@ -28,6 +28,27 @@ def test_gpus_asked_where_there_are_none(cluster):
     assert info.value.key == "sweep.resources.gpu" and "0 GPU" in info.value.reason
 
 
+def test_a_search_names_its_own_section(cluster):
+    cluster += [{"Alive": True, "Resources": {"CPU": 2.0}}]
+    with pytest.raises(ConfigError) as info:
+        ray_cluster.check_resources(ResourcesConfig(cpu=1, gpu=0.25), "search")
+    assert info.value.key == "search.resources.gpu"
+
+
+def test_gpus_on_a_machine_without_any_are_refused_before_a_local_ray_starts(monkeypatch):
+    """Without an address the trials would run here: torch's word is enough, before Ray's seconds of start-up; with
+    one (or RAY_ADDRESS) the cluster is asked once joined (above)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(ConfigError) as info:
+        ray_cluster.refuse_gpus_a_local_ray_lacks(ResourcesConfig(cpu=1, gpu=0.25), None, "search")
+    assert info.value.key == "search.resources.gpu" and "has none" in info.value.reason
+    ray_cluster.refuse_gpus_a_local_ray_lacks(ResourcesConfig(cpu=1, gpu=0.25), "10.0.0.1:6379", "search")
+    ray_cluster.refuse_gpus_a_local_ray_lacks(ResourcesConfig(cpu=1, gpu=0), None, "search")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    ray_cluster.refuse_gpus_a_local_ray_lacks(ResourcesConfig(cpu=1, gpu=0.25), None, "search")
+
+
 def test_more_cpus_than_any_node_has(cluster):
     cluster += [{"Alive": True, "Resources": {"CPU": 2.0}}]
     with pytest.raises(ConfigError) as info:

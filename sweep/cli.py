@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
 
     show = verbs.add_parser("show", help="print the table a train, grid or search printed (or so far), from its files: "
                                          "no Ray, no training")
-    show.add_argument("dir", metavar="DIR", help="an output dir of headsweep train, grid or search (or its s3:// place)")
+    show.add_argument("dir", metavar="DIR",
+                      help="an output dir of headsweep train, grid or search (or its s3:// place)")
 
     compare = verbs.add_parser("compare", help="the thresholds of several searches against the theory, one figure")
     compare.add_argument("dirs", nargs="+", metavar="DIR", help="output dirs (or s3:// places) of headsweep search")

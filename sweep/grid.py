@@ -50,7 +50,8 @@ def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_a
     return out, cluster.disconnect_while(lambda: write_results(out, points, errors))
 
 
-def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, out: OutDir, so_far: bool = False) -> str:
+def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, out: OutDir,
+            so_far: bool = False) -> str:
     """What `headsweep grid` prints at the end: the members' table (swept keys, the task's headline, status) and their
     count by status, with where the files are; `so_far`: of a grid stopped before its end."""
     keys = [axis.key for axis in sweep.axes] + ["seed"]
@@ -58,8 +59,9 @@ def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, 
     table = frame[shown].rename(columns=lambda c: c.rsplit(".", 1)[-1] if c in keys else c).to_string(index=False)
     counts = frame["status"].value_counts().to_dict()
     heading = "stopped: the table so far ('unfinished': a member that had not finished)\n" if so_far else ""
-    return (heading + table + "\n" + f"{len(frame)} members: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-            + f"  [{out}/results.csv, {out}/report.html]" + (f" (local copy: {out.local})" if out.mirror else ""))
+    return (heading + table + "\n" + f"{len(frame)} members: "
+            + ", ".join(f"{n} {status}" for status, n in counts.items()) + f"  [{out}/results.csv, {out}/report.html]"
+            + (f" (local copy: {out.local})" if out.mirror else ""))
 
 
 def failed(frame: pd.DataFrame) -> pd.DataFrame:

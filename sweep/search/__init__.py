@@ -83,7 +83,8 @@ def _answered(base, search: SearchConfig, storage, all_slices: list, out: OutDir
     return table if table["finished"].all() else None
 
 
-def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out: OutDir, so_far: bool = False) -> str:
+def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out: OutDir,
+            so_far: bool = False) -> str:
     """What `headsweep search` prints at the end: the per-slice table (K*_q with its interval, or the best
     candidates), what K*_q means, and where the files are; `so_far`: of a search stopped before its end."""
     if search.minimize:

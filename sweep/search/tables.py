@@ -78,10 +78,10 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
     high blank: the interval is open past the widest value, i.e. it may be that no value reaches q; low blank too:
     every value up to the widest is ruled out); the task's diversity measure (trigger copy: R) at K*_q and at the
     interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side); the widest value tried and p
-    there with its interval; the seeds behind the answer (a slice without any has every answer column blank); whether the slice is finished, why it stopped (`stopped`:
-    settled, budget, plateau near q (budget spent with the rates around the crossing within 0.15 of q), or open: a
-    search stopped before either) and, while not settled, about how many more trainings would settle it at the
-    current rates (`to_settle`, for --extend; 10000: not within reach).
+    there with its interval; the seeds behind the answer (a slice without any has every answer column blank); whether
+    the slice is finished, why it stopped (`stopped`: settled, budget, plateau near q (budget spent with the rates
+    around the crossing within 0.15 of q), or open: a search stopped before either) and, while not settled, about how
+    many more trainings would settle it at the current rates (`to_settle`, for --extend; 10000: not within reach).
     The other samplers (bisection, exhaustive, tpe) train the same seeds (search.success.seeds) at every value, which
     the interval's tests cannot treat as independent draws: their rows give the m-of-n answer alone (`diversity_star`:
     the smallest value whose seeds succeed with every wider value evaluated succeeding too), with no interval.
@@ -138,17 +138,18 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
 def add_stopped_seeds(pooled: dict, study, sl: Slice, search: SearchConfig, out: Path) -> None:
     """Add to `pooled` (bisection.evidence's) the seeds that finished in evaluations whose driver stopped before it
     told them (failed as zombies: owners.py), read from their result.json, judged as loop.tell judges them; a seed
-    another evaluation asked again is that one's."""
+    another evaluation asked again is that one's, and one stopped twice counts once."""
     stopped, trials = owners.zombies(study), study.get_trials(deepcopy=False)
-    asked_again = {(t.params.get(search.knob.key), seed) for t in trials if t.number not in stopped
-                   and t.state.name in ("COMPLETE", "RUNNING") for seed in t.user_attrs.get("seed_list", ())}
+    counted = {(t.params.get(search.knob.key), seed) for t in trials if t.number not in stopped
+               and t.state.name in ("COMPLETE", "RUNNING") for seed in t.user_attrs.get("seed_list", ())}
     for trial in trials:
         if trial.number not in stopped or search.knob.key not in trial.params:
             continue
         value = trial.params[search.knob.key]
         point = sl.point | sl.candidate(trial.params, search.knob.key)
-        results = [r for seed in trial.user_attrs.get("seed_list", ()) if (value, seed) not in asked_again
-                   and (r := read_result(point | {"seed": seed}, out)) is not None]
+        seeds = [seed for seed in trial.user_attrs.get("seed_list", ()) if (value, seed) not in counted]
+        counted |= {(value, seed) for seed in seeds}
+        results = [r for seed in seeds if (r := read_result(point | {"seed": seed}, out)) is not None]
         if results:
             margins = loop.seed_margins(results, search.success)
             evidence = pooled.setdefault(value, bisection.Evidence())
@@ -180,7 +181,8 @@ def extend_note(table: pd.DataFrame) -> str | None:
     none did); None for a table without intervals."""
     if "to_settle" not in table:
         return None
-    wanting = table[table["stopped"].isin(["budget", "plateau near q"]) & (table["to_settle"] > 0)]  # open: a rerun goes on
+    # (an open slice is not among them: running the search again goes on with it)
+    wanting = table[table["stopped"].isin(["budget", "plateau near q"]) & (table["to_settle"] > 0)]
     reachable = wanting[wanting["to_settle"] < estimate.OUT_OF_REACH]["to_settle"]
     parts = [f"{len(reachable)} slice(s) would settle with about --extend {int(reachable.max())} more trainings each "
              "at the current rates"] if len(reachable) else []

@@ -162,7 +162,8 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path):
 def test_a_grid_stopped_by_ctrl_c_says_so_in_one_line_and_resumes(tmp_path):
     """A grid stopped by Ctrl-C once a trial has finished: exit 130, its table so far on stdout (`headsweep show`
     prints it again), one line on stderr saying what is kept and how to resume (no Ray stack dump, no Tune restore
-    recipe, no traceback), and the same command again trains only what was left. A scheduler's SIGTERM ends the same way (sweep/stopping.py): in process in tests/unit/test_cli_args.py, and
+    recipe, no traceback), and the same command again trains only what was left. A scheduler's SIGTERM ends the same
+    way (sweep/stopping.py): in process in tests/unit/test_cli_args.py, and
     with a real grid and its local Ray in tests/e2e/test_slurm.py (a requeued job)."""
     stop = signal.SIGINT  # as a terminal sends it
     config_file, out = tmp_path / "slow_grid.yaml", tmp_path / "out"

@@ -160,7 +160,8 @@ def test_a_search_stopped_by_ctrl_c_shows_its_table_so_far_counting_every_finish
     assert "K*_q [interval]" in so_far and "no (open)" in so_far
     table = pd.read_csv(out / "min_diversity.csv")
     assert table["seeds"].sum() == finished_seeds and not table["finished"].all()
-    assert table.loc[table["seeds"] == 0, ["diversity_star", "diversity_star_low", "diversity_star_high"]].isna().all().all()
+    answer = ["diversity_star", "diversity_star_low", "diversity_star_high"]
+    assert table.loc[table["seeds"] == 0, answer].isna().all().all()
     trials = pd.read_csv(out / "trials.csv")
     assert not trials[trials["state"] == "FAIL"]["ood/acc"].notna().any()  # a seed that finished is never failed
 

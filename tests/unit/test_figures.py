@@ -329,7 +329,8 @@ def test_a_one_axis_grid_draws_its_metric_against_the_key_on_a_log_axis_when_geo
     from dashboards import report
     from trainables.tasks import TASKS, view_of
 
-    cfg = {"task": {"name": "trigger_copy"}, "sweep": {"axes": [{"key": "task.n_pairs_per_cell", "values": [8, 64, 1024]}]}}
+    cfg = {"task": {"name": "trigger_copy"},
+           "sweep": {"axes": [{"key": "task.n_pairs_per_cell", "values": [8, 64, 1024]}]}}
     results = pd.DataFrame({"task.n_pairs_per_cell": [8, 8, 64, 64, 1024, 1024], "seed": [0, 1] * 3,
                             "ood/acc": [0.1, 0.2, 0.5, 0.7, 1.0, 0.9]})
     figure, metric = report.draw_phase_diagram(results, cfg, view_of(TASKS["trigger_copy"]))

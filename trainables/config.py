@@ -432,6 +432,15 @@ def _require_matching_inputs(cfg: Config, task, spec) -> None:
     )
 
 
+def _needs_query(name: str) -> bool:
+    """Whether the model registered as `name` reads one query position only (a plugin that cannot load: yes, so it
+    is never suggested)."""
+    try:
+        return MODELS[name].needs_query
+    except ConfigError:
+        return True
+
+
 def validate(cfg: Config, check_device: bool = True) -> None:
     """Reject, before any work, what cannot run or would silently mean something else. Raises ConfigError.
 
@@ -448,8 +457,11 @@ def validate(cfg: Config, check_device: bool = True) -> None:
     )
     task.validate(cfg.task)
     _require_matching_inputs(cfg, task, spec)
-    require(("model.name", not spec.needs_query or task.query_only(cfg.task),
-             f"{spec.name} reads one query position per sequence, but {task.name} scores several (as configured)"))
+    if spec.needs_query and not task.query_only(cfg.task):
+        readers = sorted(name for name in MODELS.sources() if name != spec.name and not _needs_query(name))
+        raise ConfigError("model.name", f"{spec.name} reads one query position per sequence, but {task.name} scores "
+                                        "several (as configured)" + (f"; a model that reads every position: "
+                                                                     f"model.name={' or '.join(readers)}" if readers else ""))
     spec.validate(cfg.model, *task.dims(cfg.task))
     if spec.uses_optim:
         cfg.optim.validate()

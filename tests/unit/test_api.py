@@ -14,6 +14,7 @@ import numpy as np
 import optuna
 import pandas as pd
 import pytest
+import torch
 from matplotlib.figure import Figure
 
 import headsweep as hs
@@ -246,7 +247,7 @@ def test_from_python_tune_logs_no_traceback_for_a_failed_member_and_a_users_sett
 
 
 def test_an_interrupted_grid_writes_what_finished_raises_and_resumes_when_called_again(tmp_path, fake_grid,
-                                                                                        monkeypatch):
+                                                                                        monkeypatch, capsys):
     fake_run = tuner.run
 
     def interrupted(base, sweep, packs, out, summary=None):
@@ -258,6 +259,8 @@ def test_an_interrupted_grid_writes_what_finished_raises_and_resumes_when_called
     with pytest.raises(KeyboardInterrupt):
         hs.grid(cfg, out=tmp_path / "grid")
     assert hs.load(tmp_path / "grid").df["status"].value_counts().to_dict() == {"unfinished": 5, "completed": 3}
+    shown = capsys.readouterr().out  # the table so far, as a notebook cell shows it before the interrupt
+    assert "stopped: the table so far" in shown and "8 members: 5 unfinished, 3 completed" in shown
     monkeypatch.setattr(tuner, "run", fake_run)
     assert len(hs.grid(cfg, out=tmp_path / "grid").df.query("status == 'completed'")) == 7
 
@@ -297,7 +300,7 @@ def test_the_cli_search_dir_reads_as_pythons(tmp_path, no_ray, fake_width_tune, 
 
 
 def test_an_interrupted_search_writes_its_tables_raises_and_resumes_when_called_again(tmp_path, no_ray, monkeypatch,
-                                                                                      fake_width_tune):
+                                                                                      fake_width_tune, capsys):
     fake_run_rounds = tuner.run_rounds
 
     def interrupted(base, search, rounds, out, summary=None, job_type="search", **packing):
@@ -312,10 +315,43 @@ def test_an_interrupted_search_writes_its_tables_raises_and_resumes_when_called_
         hs.search(cfg, out=tmp_path / "search")
     first = hs.load(tmp_path / "search")
     assert 0 < len(first.trials) < 12 and (tmp_path / "search" / "report.html").exists()
+    shown = capsys.readouterr().out
+    assert "stopped: the table so far" in shown and "K*_q [interval]" in shown and "no (open)" in shown
     monkeypatch.setattr(tuner, "run_rounds", fake_run_rounds)
     resumed = hs.search(cfg, out=tmp_path / "search")
     assert len(resumed.trials) == resumed.table["seeds"].sum() > len(first.trials)
     assert set(first.trials["member"]) <= set(resumed.trials["member"])  # kept, not trained again
+
+
+def test_a_task_one_step_cannot_read_names_the_models_that_can():
+    """The hs.register example of docs/API.md names a task only: the default model, one_step, reads one query per
+    sequence; the refusal names the models that read every position."""
+    @dataclass
+    class EveryConfig:
+        name: str = "every_position_api_test"
+
+    class Every(hs.Task):
+        name, config = "every_position_api_test", EveryConfig
+
+        def validate(self, cfg):
+            pass
+
+        def dims(self, cfg):
+            return 5, 6
+
+        def sample(self, cfg, n, generator, split="train"):
+            tokens = torch.randint(1, 5, (n, 6), generator=generator)
+            mask = torch.ones(n, 6, dtype=torch.bool)
+            return hs.Batch(tokens, tokens, mask, labels=mask.long())
+
+        def eval_splits(self, cfg):
+            return {"id": "train", "ood": "train"}
+
+    hs.register(Every())
+    with pytest.raises(hs.ConfigError) as error:
+        hs.config({"task": {"name": "every_position_api_test"}})
+    assert error.value.key == "model.name" and "a model that reads every position: model.name=" in str(error.value)
+    assert "transformer" in str(error.value).rpartition("model.name=")[2]
 
 
 # --- hs.load ----------------------------------------------------------------------------------------------------------

@@ -323,7 +323,7 @@ def test_an_interrupted_search_writes_its_tables_raises_and_resumes_when_called_
     assert set(first.trials["member"]) <= set(resumed.trials["member"])  # kept, not trained again
 
 
-def test_a_task_one_step_cannot_read_names_the_models_that_can():
+def test_a_task_one_step_cannot_read_names_the_models_that_can(registries):
     """The hs.register example of docs/API.md names a task only: the default model, one_step, reads one query per
     sequence; the refusal names the models that read every position."""
     @dataclass

@@ -19,7 +19,7 @@ import optuna
 import sqlalchemy
 
 from sweep.search import bisection, guide, owners
-from sweep.search.config import ParamConfig, SearchConfig, note
+from sweep.search.config import ParamConfig, SearchConfig
 from sweep.space import axis_values, parse_constraint, point_id
 from trainables import config
 from trainables.errors import ConfigError
@@ -90,9 +90,6 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
         if search.reference:
             _check_point(base_dict, point | search.reference)
         result.append(Slice(point, values, name, params, measures))
-    widest = max((max(sl.values) for sl in result if sl.values), default=None)
-    if knob and not search.knob.values and widest is not None and widest < search.knob.high:
-        note(f"search.knob.high: {search.knob.high} is cut to {widest} by search.constraints in every slice")
     return result
 
 

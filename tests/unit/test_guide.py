@@ -134,6 +134,4 @@ def test_narrowing_to_other_slices_is_one_override_that_says_what_it_dropped(cap
                      "headsweep: search.constraints[0]: task.lengths.low is not swept, read as 3 "
                      "('3 + task.lengths.width <= 9')"]
     [sl] = [s for s in search_studies.slices(base, search, base.name) if s.point["task.n_triggers"] == 1]
-    assert max(sl.values) == 6  # the constraint cut the knob (high 7) at low = 3, in every slice: one line
-    assert capsys.readouterr().err == ("headsweep: search.knob.high: 7 is cut to 6 by search.constraints in every "
-                                       "slice\n")
+    assert max(sl.values) == 6  # the constraint cuts the knob (high 7) at low = 3

@@ -17,6 +17,7 @@ import pandas as pd
 
 from dashboards import figures
 from dashboards.report import read_config, theory_values
+from trainables.io import flat
 from trainables.logger import _run_id, resolve_wandb_mode
 from trainables.tasks import task_of
 
@@ -45,7 +46,7 @@ def log_search(out: str | Path) -> Path | None:
     name = cfg.get("name") or out.name
     run = wandb.init(
         project=logging.get("project") or "headsweep", entity=logging.get("entity") or None, group=name,
-        job_type="search", name=f"{name} (search)", config=_flat(cfg), id=run_id, resume="allow" if resume else None,
+        job_type="search", name=f"{name} (search)", config=flat(cfg), id=run_id, resume="allow" if resume else None,
         tags=list(dict.fromkeys(tag[:64] for tag in ["search", (cfg.get("task") or {}).get("name", ""),
                                                      (cfg.get("model") or {}).get("name", ""),
                                                      *logging.get("tags", [])] if tag)),
@@ -101,11 +102,3 @@ def _figures(cfg: dict, minimal: pd.DataFrame, curve: pd.DataFrame | None,
         drawn["threshold"] = (figures.threshold(minimal, slice_keys, axis, theory),
                               f"{axis} at diversity* with its interval (dashed: the theory's scale)")
     return drawn
-
-
-def _flat(node: dict, prefix: str = "") -> dict:
-    """config.yaml as {dotted key: value} (search.success.rate: 0.5), the run's config."""
-    flat = {}
-    for key, value in node.items():
-        flat |= _flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
-    return flat

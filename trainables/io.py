@@ -55,14 +55,17 @@ def claim_out(out: Path, resolved_config: str, *as_written_before: str) -> None:
                                    "directory")
 
 
+def flat(tree: dict, prefix: str = "") -> dict:
+    """A nested config as {dotted key: value} (task.lengths.low: 3)."""
+    leaves = {}
+    for key, value in tree.items():
+        leaves |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
+    return leaves
+
+
 def config_difference(there: str, here: str, shown: int = 3) -> str:
     """The keys on which two resolved configs (YAML) differ, each with both values: "seed: 0 there, 1 here"."""
-    def leaves(tree, prefix=""):
-        if isinstance(tree, dict):
-            return {k: v for name, value in tree.items() for k, v in leaves(value, f"{prefix}{name}.").items()}
-        return {prefix[:-1]: tree}
-
-    old, new = leaves(yaml.safe_load(there) or {}), leaves(yaml.safe_load(here) or {})
+    old, new = flat(yaml.safe_load(there) or {}), flat(yaml.safe_load(here) or {})
     missing = object()
     differ = [f"{key}: {old.get(key, 'unset')} there, {new.get(key, 'unset')} here" for key in sorted(old | new)
               if old.get(key, missing) != new.get(key, missing)]

@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from trainables.errors import ConfigError, require
+from trainables.io import flat
 from trainables.tasks import task_of
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
@@ -297,17 +298,7 @@ def _run_id(wandb_dir: Path, resume: bool) -> tuple[str, bool]:
 
 def flat_config(cfg) -> dict:
     """The resolved config as {dotted key: value} (task.lengths.low: 3), as W&B's run config."""
-    flat = {}
-
-    def walk(node, prefix: str) -> None:
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                flat[prefix + key] = value
-
-    walk(dataclasses.asdict(cfg), "")
-    return flat
+    return flat(dataclasses.asdict(cfg))
 
 
 def run_name(cfg) -> str:

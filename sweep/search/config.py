@@ -15,6 +15,7 @@ from sweep.search.guide import GuideConfig
 from sweep.space import AxisConfig, RunConfig, did_you_mean, parse_constraint
 from sweep.verdicts import StopConfig
 from trainables import config, dry_run
+from trainables.io import flat
 from trainables.errors import require
 from trainables.tasks import margin, task_of, threshold_problem
 
@@ -113,6 +114,10 @@ class SearchConfig(RunConfig):
     stop: StopConfig = field(default_factory=lambda: StopConfig(streak=STREAK, decided=True))
     # resources, pack, max_concurrent, max_failures: RunConfig's, as a grid's
 
+    def swept_keys(self) -> list[str]:
+        """The keys the search sets per slice and candidate: the names a constraint may use."""
+        return [a.key for a in self.slices] + [self.knob.key] + [n for p in self.params for n in p.names()]
+
     @property
     def answers_with_interval(self) -> bool:
         """Whether the slices' answer is K*_q with an interval: only the threshold sampler draws fresh seeds at every
@@ -132,9 +137,8 @@ def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
     success.direction = success.direction or (task_direction if success.metric == task.success_metric else ">=")
     narrowing = _narrowed(base, search)
     _require_valid(base, search)
-    swept = [a.key for a in search.slices] + [search.knob.key] + [n for p in search.params for n in p.names()]
     for i, text in enumerate(search.constraints):  # a key misspelt: refused here, with the key it meant
-        parse_constraint(text, swept, f"search.constraints[{i}]")
+        parse_constraint(text, search.swept_keys(), f"search.constraints[{i}]")
     for line in narrowing:  # once the search is known to be valid: an error is the one line
         note(line)
     return base, search
@@ -146,7 +150,7 @@ def _narrowed(base: config.Config, search: SearchConfig) -> list[str]:
     constraint reads a key that is no longer swept at its value in the config; each change is one line (returned).
     A slice key, an `across` key or a constraint's key that is no key of the training config at all is refused,
     with the closest key."""
-    keys, lines = _dotted_keys(config.to_dict(base)), []
+    keys, lines = set(flat(config.to_dict(base))), []
     for i, axis in enumerate(search.slices):
         require((f"search.slices[{i}].key", axis.key in keys,
                  f"{axis.key} is not a key of the training config{did_you_mean(axis.key, keys)}"))
@@ -164,7 +168,7 @@ def _narrowed(base: config.Config, search: SearchConfig) -> list[str]:
             lines.append(f"search.guide.across: {', '.join(gone)} is no longer a slice key; "
                          + (f"the guide carries verdicts across {', '.join(search.guide.across)}" if search.guide.across
                             else "the guide is off (each slice searched on its own)"))
-    swept = set(slice_keys) | {search.knob.key} | {n for p in search.params for n in p.names()}
+    swept = set(search.swept_keys())
     for i, text in enumerate(search.constraints):
         fixed = {token: value for token in _IDENTIFIER.findall(text) if token not in swept and token in keys
                  and isinstance(value := config.select(base, token), (int, float)) and not isinstance(value, bool)}
@@ -175,15 +179,6 @@ def _narrowed(base: config.Config, search: SearchConfig) -> list[str]:
                          f"{', '.join(f'{k} is not swept, read as {v}' for k, v in fixed.items())} "
                          f"({search.constraints[i]!r})")
     return lines
-
-
-def _dotted_keys(tree: dict, prefix: str = "") -> set[str]:
-    """Every leaf's dotted key."""
-    keys = set()
-    for name, value in tree.items():
-        key = f"{prefix}{name}"
-        keys |= _dotted_keys(value, key + ".") if isinstance(value, dict) else {key}
-    return keys
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")

@@ -94,8 +94,8 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
 
 
 def constraint_checks(search: SearchConfig) -> list:
-    names = [a.key for a in search.slices] + [search.knob.key] + [n for p in search.params for n in p.names()]
-    return [parse_constraint(c, names, f"search.constraints[{i}]") for i, c in enumerate(search.constraints)]
+    return [parse_constraint(c, search.swept_keys(), f"search.constraints[{i}]")
+            for i, c in enumerate(search.constraints)]
 
 
 def holds(checks: list, point: dict) -> bool:

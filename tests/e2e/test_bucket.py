@@ -12,14 +12,16 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 
 import headsweep as hs
 from tests.conftest import CONFIGS
-from tests.e2e.conftest import cpu_held_on, log_tail, start_head, start_node, stop_head, stop_node
+from tests.e2e.conftest import cpu_held_on, log_tail, node_processes, start_head, start_node, stop_head, stop_node
 from tests.s3_server import s3_server
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
@@ -92,19 +94,34 @@ def driver(head, s3, args: list, cache: Path, cwd: Path, log: Path) -> subproces
                                 start_new_session=True)
 
 
-def wait_for(keys_found, what: str, proc: subprocess.Popen, log: Path) -> None:
+def wait_for(keys_found, what: str, proc: subprocess.Popen, log: Path, node=None) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while not keys_found():
         if proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"never saw {what} (driver exit {proc.poll()}):\n{log_tail(log, 60)}")
+            seen = (f"\nthe second node's processes: {process_titles(node)}\nits private files: {private_files(node)}"
+                    if node is not None else "")
+            pytest.fail(f"never saw {what} (driver exit {proc.poll()}):\n{log_tail(log, 60)}{seen}")
         time.sleep(0.3)
 
 
 def training_on(node) -> bool:
-    """Whether a trial on `node` trains a member in a working copy in the node's private TMPDIR (seen through
-    /proc/PID/root: the node's own view of the file system; the rest of the machine has no such directory)."""
+    """Whether a trial's actor runs among the second node's processes (Ray titles it `ray::ImplicitFunc...`)."""
+    return any(title.startswith("ray::ImplicitFunc") for title in process_titles(node))
+
+
+def process_titles(node) -> list[str]:
+    titles = []
+    for proc in node_processes(node):
+        with suppress(psutil.Error):
+            titles.append(" ".join(proc.cmdline())[:120])
+    return titles
+
+
+def private_files(node) -> list[str]:
+    """What the second node's trials keep in its private TMPDIR, seen through /proc/PID/root (the node's own view of
+    the file system; the rest of the machine has no such directory)."""
     scratch = Path(f"/proc/{node.process.pid}/root{PRIVATE}/tmp")
-    return any(scratch.glob("headsweep-*/metrics.jsonl")) and not Path(PRIVATE).exists()
+    return sorted(str(p.relative_to(scratch)) for p in scratch.glob("headsweep-*/*"))
 
 
 def kill(proc: subprocess.Popen) -> None:
@@ -139,8 +156,8 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
         # would.
         with cpu_held_on(head, others):
             first = driver(head, s3, args, tmp_path / "cache-a", tmp_path / "first", log)
-            wait_for(lambda: training_on(node), "a trial on the second node", first, log)
-            wait_for(lambda: results(s3.keys(prefix), "state.pt"), "a checkpoint in the bucket", first, log)
+            wait_for(lambda: training_on(node), "a trial on the second node", first, log, node)
+            wait_for(lambda: results(s3.keys(prefix), "state.pt"), "a checkpoint in the bucket", first, log, node)
         assert not stop_node(node)
         node = None
         # Some members finished, not all: then the driver dies too.

@@ -14,7 +14,7 @@ import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
 from trainables.io import atomic_write
-from trainables.tasks import Panel, Task, view_of
+from trainables.tasks import Panel, PanelSection, Task, view_of
 
 WORKSPACE_NAME = "headsweep: diversity vs induction heads"
 REPORT_TITLE = "When does a transformer learn an induction head? Data diversity sweeps"
@@ -34,9 +34,16 @@ def panel(spec: Panel):
     raise ValueError(f"unknown panel kind {spec.kind!r}")
 
 
+# Every task's runs trained by `optim:` log the learning rate of their last step at each evaluation (a model that
+# trains itself, such as the one-step model's Algorithm 1, logs none and leaves this panel empty).
+LEARNING_RATE = PanelSection("Learning rate", "The learning rate at each evaluation: optim.lr on optim.schedule after "
+                             "optim.warmup_steps.", (Panel("line", ("train/lr",), "train/lr"),))
+
+
 def sections(task: Task) -> list[tuple[str, str, list]]:
     """(section name, the question it answers, panels) of a task, shared by the workspace and the report."""
-    return [(section.name, section.intro, [panel(p) for p in section.panels]) for section in view_of(task).dashboard]
+    return [(section.name, section.intro, [panel(p) for p in section.panels])
+            for section in (*view_of(task).dashboard, LEARNING_RATE)]
 
 
 def workspace(task: Task, entity: str, project: str, group: str | None = None) -> ws.Workspace:

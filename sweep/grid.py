@@ -30,7 +30,7 @@ def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_a
     finished is written (results.csv, the report), and running again on the same place resumes."""
     resolved = config.to_yaml(base, sweep=sweep)
     out = OutDir.open(out_arg)
-    claim_out(out.local, resolved, config.to_yaml_as_written_before(base, sweep=sweep))
+    claim_out(out.local, resolved, *config.to_yaml_as_written_before(base, sweep=sweep))
     cluster.refuse_gpus_a_local_ray_lacks(sweep.resources, address)
     cluster.connect(address)
     cluster.check_resources(sweep.resources)

@@ -18,7 +18,7 @@ def run(cfg: config.Config, out: str | Path) -> tuple[dict, bool]:
     if str(out).startswith("s3:/"):  # Path("s3://b/p") reads s3:/b/p
         raise ConfigError("--out", "train writes a local directory; an s3:// place is for grid and search")
     out, resolved = Path(out), config.to_yaml(cfg)
-    claim_out(out, resolved, config.to_yaml_as_written_before(cfg))
+    claim_out(out, resolved, *config.to_yaml_as_written_before(cfg))
     if (out / "result.json").exists():
         return read_json(out / "result.json"), True
 

@@ -371,10 +371,12 @@ def to_yaml(cfg: Config, **sections) -> str:
     return _dump(dataclasses.asdict(cfg), sections)
 
 
-def to_yaml_as_written_before(cfg: Config, **sections) -> str:
-    """to_yaml as a version without ADDED_KEYS wrote it, those at their defaults left out (the same experiment), so an
-    output directory written before they existed resumes (a key set otherwise stays: another experiment)."""
-    return _dump(without_added_defaults(dataclasses.asdict(cfg)), sections)
+def to_yaml_as_written_before(cfg: Config, **sections) -> list[str]:
+    """to_yaml as each earlier version wrote it, without the ADDED_KEYS of the versions after it that hold their
+    defaults (the same experiment), so an output directory written before they existed resumes (a key set otherwise
+    stays: another experiment). Newest version first."""
+    data = dataclasses.asdict(cfg)
+    return [_dump(without_added_defaults(data, since), sections) for since in reversed(range(len(ADDED_KEYS)))]
 
 
 def _dump(data: dict, sections: dict) -> str:
@@ -384,20 +386,24 @@ def _dump(data: dict, sections: dict) -> str:
 
 
 # Keys added after configs were first written into output directories and Optuna studies, with the default that
-# means what a config without them meant: resuming compares config.yaml's text and the studies' fingerprint of the
-# training config, and a config at these defaults is the same experiment as one written before they existed.
-ADDED_KEYS = {"model.n_ctx": 0}
+# means what a config without them meant, one dict per version that added some (oldest first): resuming compares
+# config.yaml's text and the studies' fingerprint of the training config, and a config at these defaults is the
+# same experiment as one written before they existed.
+ADDED_KEYS = [
+    {"model.n_ctx": 0},
+    {"optim.schedule": "constant", "optim.warmup_steps": 0, "optim.min_lr": 0.0, "optim.clip_norm": 0.0},
+]
 
 
-def without_added_defaults(data: dict) -> dict:
-    """A config as a plain dict (dataclasses.asdict, to_dict) without the ADDED_KEYS that hold their defaults."""
+def without_added_defaults(data: dict, since: int = 0) -> dict:
+    """A config as a plain dict (dataclasses.asdict, to_dict) without the keys that the versions from ADDED_KEYS[since]
+    on added, where they hold their defaults (since=0: every added key)."""
     data = copy.deepcopy(data)
-    for dotted, default in ADDED_KEYS.items():
+    for dotted, default in (item for added in ADDED_KEYS[since:] for item in added.items()):
         section, key = dotted.split(".")
         if isinstance(data.get(section), dict) and data[section].get(key, default) == default:
             data[section].pop(key, None)
     return data
-
 
 
 def to_dict(cfg: Config) -> dict:

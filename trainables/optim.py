@@ -5,15 +5,18 @@ A run is a list of phases, each one optimizer for a number of steps at a batch s
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from trainables.errors import require
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+SCHEDULES = ("constant", "cosine", "linear")  # the learning rate after the warm-up: held, or decayed to optim.min_lr
 COMPILE = ("auto", "always", "never", "reduce-overhead")  # not on/off, which YAML reads as booleans
 # `optim.compile=auto` compiles runs of at least this many steps: on 2 CPU cores compiling the paper transformer's step
 # takes about 2.5 s with inductor's cache warm and 6.5-22 s cold (plus importing torch._dynamo), and the compiled step
@@ -30,6 +33,11 @@ class OptimConfig:
     weight_decay: float = 0.0  # decoupled for adamw, L2 for adam and sgd
     batch_size: int = 64  # fresh training sequences per step
     max_steps: int = 20000  # training steps unless early stopping ends the run sooner
+    schedule: str = "constant"  # constant | cosine | linear: after the warm-up, lr held, or decayed to min_lr at
+    # max_steps along a half cosine or a line (lr_at)
+    warmup_steps: int = 0  # the learning rate rises linearly from 0 to lr over the first this many steps
+    min_lr: float = 0.0  # where a cosine or linear decay ends
+    clip_norm: float = 0.0  # each member's gradient scaled to at most this global norm before the step (0: never)
     compile: str = "auto"  # auto | always | never | reduce-overhead: torch.compile the training step (auto: runs of
     # >= COMPILE_AUTO_STEPS; reduce-overhead: compiled and replayed as CUDA graphs, device=cuda only)
 
@@ -40,6 +48,13 @@ class OptimConfig:
             ("optim.weight_decay", self.weight_decay >= 0, "must be >= 0"),
             ("optim.batch_size", self.batch_size >= 1, "must be >= 1"),
             ("optim.max_steps", self.max_steps >= 1, "must be >= 1"),
+            ("optim.schedule", self.schedule in SCHEDULES, f"must be one of {', '.join(SCHEDULES)}"),
+            ("optim.warmup_steps", 0 <= self.warmup_steps <= self.max_steps,
+             f"must be >= 0 and at most optim.max_steps ({self.max_steps})"),
+            ("optim.min_lr", 0 <= self.min_lr <= self.lr, f"must be >= 0 and at most optim.lr ({self.lr})"),
+            ("optim.min_lr", self.min_lr == 0 or self.schedule != "constant",
+             "a constant schedule never decays to it: set optim.schedule=cosine or linear, or leave min_lr at 0"),
+            ("optim.clip_norm", self.clip_norm >= 0, "must be >= 0 (0: no clipping)"),
             ("optim.compile", self.compile in COMPILE, f"must be one of {', '.join(COMPILE)}"),
             ("optim.compile", self.compile != "always" or cpp_compiler() is not None,
              "torch.compile needs a C++ compiler (g++, or $CXX) and none is installed: use auto or never"),
@@ -48,6 +63,19 @@ class OptimConfig:
     def build(self, parameters) -> torch.optim.Optimizer:
         # fused: one kernel for the whole update instead of a dozen per parameter (the step is launch-bound)
         return OPTIMIZERS[self.name](parameters, lr=self.lr, weight_decay=self.weight_decay, fused=True)
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (counted from 0): linear from 0 to lr over warmup_steps, then
+        lr held (constant), or decayed from lr to min_lr at max_steps along a half cosine or a line. The same values
+        as PyTorch's LinearLR warm-up followed by CosineAnnealingLR or LinearLR (tests/unit/test_schedules.py), as a
+        function of the step alone: a run resumed mid-schedule goes on where it was."""
+        if step < self.warmup_steps:
+            return self.lr * step / self.warmup_steps
+        if self.schedule == "constant":
+            return self.lr
+        progress = min(1.0, (step - self.warmup_steps) / max(1, self.max_steps - self.warmup_steps))
+        left = (1 + math.cos(math.pi * progress)) / 2 if self.schedule == "cosine" else 1 - progress
+        return self.min_lr + (self.lr - self.min_lr) * left
 
     def compile_mode(self) -> str | None:
         """torch.compile's mode for the training step ("default" or "reduce-overhead"), or None: not compiled."""
@@ -68,3 +96,6 @@ class Phase:
     optimizer: torch.optim.Optimizer
     steps: int
     batch_size: int
+    lr: Callable[[int], float] | None = None  # the learning rate of the phase's step t (from 0), set before each
+    # step (logged as train/lr); None: the optimizer's own throughout
+    clip_norm: float = 0.0  # each member's gradient scaled to at most this global norm before the step (0: never)

@@ -6,7 +6,9 @@ Each member keeps its own seed, data distribution and batches, its own early sto
 loop keeps those per member); what it gets from the stack is exactly what it would get alone:
 - its batches come from its own random stream (Batches), the same whatever it is packed with;
 - the loss is the sum of the members' mean losses, so each member's slice of the gradient is its own gradient, and
-  the optimizers (SGD, Adam, AdamW: elementwise, no clipping) update each slice exactly as they would update it alone;
+  the optimizers (SGD, Adam, AdamW: elementwise) update each slice exactly as they would update it alone; gradient
+  clipping scales each member's slice by its own norm (clip_each), and the members of a pack share their optim
+  settings (pack_key), so their learning-rate schedules too;
 - a member that stopped (early stopping, a non-finite loss) has its loss masked out, so it touches no other member;
 - its checkpoints hold its slice of the optimizer state in the format its own optimizer has, so it resumes packed or
   alone.
@@ -78,13 +80,17 @@ class Stack:
         if compiled:
             self._forward = torch.compile(self._forward, mode=None if compiled == "default" else compiled)
 
-    def step(self, batch: Batch, phase: int) -> None:
-        """One optimizer step of phase `phase` for every member still training, each on its batch (batch tensors
-        (M, n, ...)): the same operations whatever M, and no value read back to the host."""
-        optimizer = self.optimizers[phase]
+    def step(self, batch: Batch, phase: int, at: int = 0) -> None:
+        """One optimizer step of phase `phase` (its step `at`, from 0: where its learning-rate schedule is) for every
+        member still training, each on its batch (batch tensors (M, n, ...)): the same operations whatever M, and no
+        value read back to the host (the learning rate is a host number, the clipping scale stays on the device)."""
+        optimizer, settings = self.optimizers[phase], self.states[0].phases[phase]  # the members' settings are equal
         if phase != self._phase:
             self._differentiate_only(optimizer)
             self._phase = phase
+        if settings.lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = settings.lr(at)
         self.template.train()  # evaluation left it in eval mode; vmap runs the template's code for every member
         losses, hits, counts = self._forward(batch)  # (M,) each
         live = self.training & torch.isfinite(losses)  # (M,)
@@ -94,6 +100,9 @@ class Stack:
         self.training.copy_(live)
         optimizer.zero_grad(set_to_none=True)
         torch.where(live, losses, torch.zeros_like(losses)).sum().backward()
+        if settings.clip_norm:
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            clip_each(grads if len(self.states) > 1 else [g[None] for g in grads], settings.clip_norm)
         optimizer.step()  # a masked member's gradient is zero; whatever its slice becomes is never read
         step_sums = torch.stack([losses.detach().double() * counts, hits.double(), counts.double()])  # (3, M)
         self.sums += torch.where(live, step_sums, torch.zeros_like(step_sums))
@@ -217,6 +226,16 @@ def scored_loss(model, model_input: torch.Tensor, query: torch.Tensor | None, ta
     return (per_position * mask).sum() / count, hits, count
 
 
+def clip_each(grads: list[torch.Tensor], max_norm: float) -> None:
+    """Scale each member's gradients (tensors (M, ...), member first) in place to a global norm of at most max_norm:
+    what torch.nn.utils.clip_grad_norm_ does to one model alone, for every member at once, each by its own norm (a
+    member's norm, even a non-finite one, never scales another's)."""
+    norms = torch.stack([g.reshape(len(g), -1).norm(dim=1) for g in grads]).norm(dim=0)  # (M,): the norm of norms
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)  # (M,), as clip_grad_norm_ computes it
+    for g in grads:
+        g.mul_(scale.view(-1, *(1,) * (g.dim() - 1)))
+
+
 def _stacked_optimizer(optimizer: torch.optim.Optimizer, names: dict[int, str], params: dict) -> torch.optim.Optimizer:
     """An optimizer of the same type and settings as a member's, over the stacked parameters of the same names in the
     same order (so the stacked state's indices are the member optimizer's)."""
@@ -227,10 +246,13 @@ def _stacked_optimizer(optimizer: torch.optim.Optimizer, names: dict[int, str], 
 
 def _slice_optimizer_state(stacked: dict, slot: int, param_groups: list) -> dict:
     """One member's optimizer state_dict out of the stacked one: every per-parameter tensor sliced at the member's slot
-    (scalars such as Adam's step are shared), with the member's own param_groups."""
+    (scalars such as Adam's step are shared), with the member's own param_groups at the stacked groups' settings
+    (the learning rate its schedule set last)."""
     state = {index: {k: (v[slot] if torch.is_tensor(v) and v.dim() > 0 else v).clone() if torch.is_tensor(v) else v
                      for k, v in entry.items()} for index, entry in stacked["state"].items()}
-    return {"state": state, "param_groups": param_groups}
+    groups = [{**{k: v for k, v in settings.items() if k != "params"}, "params": own["params"]}
+              for settings, own in zip(stacked["param_groups"], param_groups)]
+    return {"state": state, "param_groups": groups}
 
 
 def _stack_optimizer_states(states: list[dict]) -> dict:

@@ -92,14 +92,17 @@ class TrainState:
     def total_steps(self) -> int:
         return sum(phase.steps for phase in self.phases)
 
-    def phase_index(self, step: int | None = None) -> int:
-        """The index of the phase the next step (or step `step`, counted from 0) belongs to."""
+    def position(self, step: int | None = None) -> tuple[int, int]:
+        """(the index of the phase, the step within it) of the next step (or of step `step`), counted from 0."""
         done = self.step if step is None else step
         for index, phase in enumerate(self.phases):
             if done < phase.steps:
-                return index
+                return index, done
             done -= phase.steps
-        return len(self.phases) - 1
+        return len(self.phases) - 1, done + self.phases[-1].steps
+
+    def phase_index(self, step: int | None = None) -> int:
+        return self.position(step)[0]
 
     def phase(self) -> Phase:
         return self.phases[self.phase_index()]
@@ -111,10 +114,14 @@ class TrainState:
         self.status, self.stopped_because = status, because
 
     def train_metrics(self) -> dict[str, float]:
-        """`train/loss` and `train/acc` (token targets) since the last call, which starts a new window."""
+        """`train/loss` and `train/acc` (token targets) since the last call, which starts a new window, and
+        `train/lr`, the learning rate of the last step (a phase with a schedule)."""
         metrics = {"train/loss": self.loss_sum / self.count}
         if self.scores_accuracy:
             metrics["train/acc"] = self.hits / self.count
+        phase, at = self.position(self.step - 1)  # the last step taken
+        if (lr := self.phases[phase].lr) is not None:
+            metrics["train/lr"] = lr(at)
         self.loss_sum, self.hits, self.count = 0.0, 0.0, 0
         return metrics
 
@@ -164,7 +171,7 @@ def step(state: TrainState, batch: Batch) -> float:
     back at once: for tests and benchmarks; train_members steps a population on one population.Stack and reads its
     losses once per evaluation)."""
     stack = Stack([state])
-    stack.step(stack_batches([batch]), state.phase_index())
+    stack.step(stack_batches([batch]), *state.position())
     alive, _, bad_loss, loss_sum, _, count = stack.collect()[0]
     state.step += alive
     return loss_sum / count if alive else bad_loss
@@ -251,7 +258,7 @@ def reference_loop(cfg) -> dict[str, float | str]:
     stack, batches = Stack([state]), Batches([cfg], [state])  # a population of one: the step a pack takes
     metrics = {}
     while state.status == "running":
-        stack.step(batches.draw(state.phase().batch_size, [0]), state.phase_index())  # a fresh batch, one step
+        stack.step(batches.draw(state.phase().batch_size, [0]), *state.position())  # a fresh batch, one step
         state.step += 1
         if state.step % cfg.eval.every and state.step < state.total_steps:
             continue  # between evaluations nothing is read back from the device
@@ -343,8 +350,8 @@ def _train_together(training: list[Member], on_checkpoint, finish: Callable[[Mem
     bar = tqdm(total=total, initial=step, desc=first.cfg.name, unit="step", disable=not sys.stderr.isatty(),
                leave=False)
     while active:
-        phase = first.state.phase_index(step)
-        stack.step(batches.draw(first.state.phases[phase].batch_size, list(active)), phase)
+        phase, at = first.state.position(step)
+        stack.step(batches.draw(first.state.phases[phase].batch_size, list(active)), phase, at)
         step += 1
         bar.update()
         if step % every == 0 or step >= total:

@@ -114,7 +114,8 @@ def _as_written_before(base, search) -> list[str]:
     fingerprint, nor an added key at its default)."""
     searches = [search] + [dataclasses.replace(search, sampler=old)
                            for old, new in RENAMED_SAMPLERS.items() if new == search.sampler]
-    return [write(base, search=s) for s in searches for write in (config.to_yaml, config.to_yaml_as_written_before)]
+    return [text for s in searches
+            for text in (config.to_yaml(base, search=s), *config.to_yaml_as_written_before(base, search=s))]
 
 
 def _write_tables_and_report(out: OutDir, base, search, opened: dict, all_slices: list):

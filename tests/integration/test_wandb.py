@@ -220,6 +220,21 @@ def test_train_without_credentials_logs_offline_and_never_prompts(tmp_path):
     assert run["job_type"] == "train" and run["group"] == "debug_grid" and run["name"] == "l2-7_t2_s0"
 
 
+def test_a_scheduled_run_logs_its_learning_rate_at_every_evaluation(tmp_path):
+    """optim.schedule, warm-up and clipping from the command line: the W&B run's history holds train/lr, the rate of
+    the last step before each evaluation (rising through the warm-up, then decaying)."""
+    out = tmp_path / "run"
+    overrides = ["optim.max_steps=100", "eval.every=20", "optim.schedule=cosine", "optim.warmup_steps=40",
+                 "optim.min_lr=0.001", "optim.clip_norm=1.0"]
+    proc = headsweep("train", CONFIGS / "debug.yaml", "logging.wandb=true", *overrides, "--out", out,
+                     env=clean_env(WANDB_MODE="offline", **wandb_home(tmp_path)), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cfg = config.load(CONFIGS / "debug.yaml", overrides)
+    logged = {row["_step"]: row["train/lr"] for row in offline_run(out)["history"] if "train/lr" in row}
+    assert logged == {step: pytest.approx(cfg.optim.lr_at(step - 1)) for step in (20, 40, 60, 80, 100)}
+    assert logged[20] < logged[40] > logged[60] > logged[100] > 0
+
+
 def test_wandb_false_imports_nothing_from_wandb(tmp_path):
     script = """
 import sys

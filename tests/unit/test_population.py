@@ -81,6 +81,26 @@ def check_against_alone(cfgs: list, alone_cfgs: list | None = None) -> None:
             assert_same_state(packed_states[(index, step)], alone_states[step])
 
 
+def test_members_on_a_learning_rate_schedule_with_clipping_end_where_each_would_alone():
+    """Warm-up, cosine decay and gradient clipping (each member's gradient by its own norm: a tight clip_norm, so
+    every step clips) in a pack: each member's parameters, moments and learning rate as it would have them alone."""
+    check_against_alone(configs(*SCHEDULED))
+
+
+def test_a_run_resumed_mid_warm_up_ends_where_an_uninterrupted_one_does():
+    cfgs = configs(*SCHEDULED)
+    whole, states = run_packed(cfgs)
+    resumes = [states[(i, 10)] for i in range(len(cfgs))]
+    assert resumes[0]["metrics"]["train/lr"] == pytest.approx(0.01 * 9 / 15)  # step 10 of a 15-step warm-up
+    again, _ = run_packed(cfgs, resumes)
+    for index, cfg in enumerate(cfgs):
+        assert_same_metrics(again[index].metrics, whole[index].metrics)
+        assert_same_metrics(run_alone(cfg, resume=resumes[index])[0].metrics, whole[index].metrics)
+
+
+SCHEDULED = ["optim.schedule=cosine", "optim.warmup_steps=15", "optim.min_lr=0.001", "optim.clip_norm=0.05"]
+
+
 def test_a_compiled_population_ends_where_each_member_would_alone_uncompiled():
     """optim.compile=always: the vmapped step of the packed members, and the step of a member alone, run
     torch.compile'd; the references run eagerly, as runs this short do under auto."""

@@ -107,36 +107,56 @@ def test_the_report_reads_a_results_csv_from_before_the_member_column(tmp_path):
     assert all(member in results for member in old["trial"]) and "8 members: 8 completed" in page
 
 
-# --- a key added since: model.n_ctx (config.ADDED_KEYS) -------------------------------------------------------------
+# --- keys added since: model.n_ctx, then optim's schedule and clipping (config.ADDED_KEYS) ---------------------------
 
 # Optuna studies' fingerprints as the version before model.n_ctx existed computed them (2cbc2ff): its studies resume.
 FINGERPRINTS_BEFORE = {"transformer_search.yaml": "6c35eaabf65b2af3", "quickstart.yaml": "bbefd2e3f154687a",
                        "markov_pool_search.yaml": "3b6a4ace8a6714c1"}
+# The lines each version added to config.yaml (newest last), at their defaults.
+ADDED_LINES = [["  n_ctx: 0\n"],
+               ["  schedule: constant\n", "  warmup_steps: 0\n", "  min_lr: 0.0\n", "  clip_norm: 0.0\n"]]
 
 
 @pytest.mark.parametrize("name", FINGERPRINTS_BEFORE)
 def test_a_study_from_before_an_added_key_is_the_same_experiment_unless_the_key_is_set(name):
     base, search = load_search(CONFIGS / name, [])
     assert studies.fingerprint(base, search) == FINGERPRINTS_BEFORE[name]
-    if name != "quickstart.yaml":  # a transformer: setting the new key makes another experiment
-        assert studies.fingerprint(*load_search(CONFIGS / name, ["model.n_ctx=64"])) != FINGERPRINTS_BEFORE[name]
+    if name != "quickstart.yaml":  # a transformer: setting a new key makes another experiment
+        for key in ("model.n_ctx=64", "optim.schedule=cosine", "optim.warmup_steps=10", "optim.clip_norm=1"):
+            assert studies.fingerprint(*load_search(CONFIGS / name, [key])) != FINGERPRINTS_BEFORE[name], key
+
+
+def as_written_by(version: int, text: str) -> str:
+    """config.yaml's text as the version before ADDED_LINES[version] wrote it."""
+    for line in (line for added in ADDED_LINES[version:] for line in added):
+        assert line in text, line
+        text = text.replace(line, "")
+    return text
 
 
 def test_an_output_directory_written_before_an_added_key_resumes(tmp_path):
-    """config.yaml as the version before model.n_ctx wrote it (the same text without its line) is claimed, by a train,
-    a grid and a search alike; with the key set, it is another config's directory."""
+    """config.yaml as the versions before model.n_ctx and before optim's schedule keys wrote it (the same text
+    without their lines) is claimed, by a train, a grid and a search alike; with a key set, it is another config's
+    directory."""
     from trainables.io import claim_out
 
     base, sweep_section, _ = space.load_sweep(CONFIGS / "transformer_grid.yaml", [])
     for resolved, before in [(config.to_yaml(base, sweep=sweep_section),
                               config.to_yaml_as_written_before(base, sweep=sweep_section)),
                              (config.to_yaml(base), config.to_yaml_as_written_before(base))]:
-        assert before == resolved.replace("  n_ctx: 0\n", "") != resolved
-        (tmp_path / "config.yaml").write_text(before)
-        claim_out(tmp_path, resolved, before)
-    set_key = config.load(CONFIGS / "transformer_quickstart.yaml", ["model.n_ctx=64"], check_device=False)
-    with pytest.raises(config.ConfigError, match="holds the results of a different config"):
-        claim_out(tmp_path, config.to_yaml(set_key), config.to_yaml_as_written_before(set_key))
+        assert before == [as_written_by(1, resolved), as_written_by(0, resolved)]
+        for text in before:
+            (tmp_path / "config.yaml").write_text(text)
+            claim_out(tmp_path, resolved, *before)
+    quickstart = config.load(CONFIGS / "transformer_quickstart.yaml", [], check_device=False)
+    (tmp_path / "config.yaml").write_text(as_written_by(0, config.to_yaml(quickstart)))
+    claim_out(tmp_path, config.to_yaml(quickstart), *config.to_yaml_as_written_before(quickstart))
+    for key in ("model.n_ctx=64", "optim.schedule=cosine"):
+        set_key = config.load(CONFIGS / "transformer_quickstart.yaml", [key], check_device=False)
+        with pytest.raises(config.ConfigError, match="holds the results of a different config"):
+            claim_out(tmp_path, config.to_yaml(set_key), *config.to_yaml_as_written_before(set_key))
     search_base, search = load_search(CONFIGS / "transformer_search.yaml", [])
-    (tmp_path / "config.yaml").write_text(config.to_yaml(search_base, search=search).replace("  n_ctx: 0\n", ""))
-    claim_out(tmp_path, config.to_yaml(search_base, search=search), *sweep.search._as_written_before(search_base, search))
+    for version in (0, 1):
+        (tmp_path / "config.yaml").write_text(as_written_by(version, config.to_yaml(search_base, search=search)))
+        claim_out(tmp_path, config.to_yaml(search_base, search=search),
+                  *sweep.search._as_written_before(search_base, search))

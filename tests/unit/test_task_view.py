@@ -59,7 +59,7 @@ def test_the_wandb_workspace_pins_the_views_headline_and_shows_its_dashboard():
 
     pinned = workspace.workspace(SHOWN, "team", "p").runset_settings.pinned_columns
     assert pinned == ["run:displayName", "summary:ood/acc", "summary:id/loss", "summary:status"]
-    assert [name for name, _, _ in workspace.sections(LEGACY)] == ["Only this"]
+    assert [name for name, _, _ in workspace.sections(LEGACY)] == ["Only this", "Learning rate"]  # and every task's
 
 
 def test_the_summary_line_the_report_and_the_wandb_media_show_what_the_view_says(tmp_path, capsys):

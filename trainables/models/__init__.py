@@ -40,7 +40,7 @@ class ModelSpec:
         """Raise ConfigError (full dotted keys) for a model that cannot be built for this vocabulary and context."""
 
     def phases(self, cfg, optim: OptimConfig, model: nn.Module) -> list[Phase]:
-        return [Phase(optim.build(model.parameters()), optim.max_steps, optim.batch_size)]
+        return [Phase(optim.build(model.parameters()), optim.max_steps, optim.batch_size, optim.lr_at, optim.clip_norm)]
 
     def batch_sizes(self, cfg, optim: OptimConfig) -> dict[str, int]:
         """The config key of each training batch -> its size (what trainables/memory.py weighs)."""

@@ -54,6 +54,16 @@ def test_a_step_dispatches_the_same_operations_for_64_members_as_for_8_and_reads
     assert not eight.syncs and not sixty_four.syncs
 
 
+def test_a_scheduled_clipped_step_also_dispatches_the_same_operations_whatever_the_members_and_reads_nothing_back():
+    """The learning rate is a host number set before the step; clipping's per-member norms and scales stay on the
+    device: a few operations per parameter tensor, none per member."""
+    scheduled = ("optim.schedule=cosine", "optim.warmup_steps=10", "optim.clip_norm=0.5")
+    (eight, _), (sixty_four, _) = (counted_step(population("trigger_copy-transformer", m, *scheduled)) for m in (8, 64))
+    plain, _ = counted_step(population("trigger_copy-transformer", 8))
+    assert sixty_four.total == eight.total > plain.total  # clipping adds its operations, the same for any M
+    assert not eight.syncs and not sixty_four.syncs
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_batches_keep_their_shapes_and_the_draw_and_step_trace_as_one_graph(case):
     """fullgraph=True fails on any graph break: data-dependent Python control flow, a value read back, an operation

@@ -2,6 +2,7 @@
 cannot rot between the runs a GPU gets; and its table going on past a row that fails."""
 import json
 
+import pytest
 import torch
 
 from bench import gpu
@@ -38,3 +39,13 @@ def test_a_row_out_of_memory_skips_larger_packs_and_an_error_ends_only_its_row(t
     assert [status["one-step", P] for P in (1, 2, 3)] == ["ok", "OOM", "skipped (OOM at P=2)"]
     assert status["trigger-copy transformer", 3] == "RuntimeError: an error"
     assert "OutOfMemoryError" in (tmp_path / "errors.txt").read_text()
+
+
+def test_the_schedule_check_runs_on_the_cpu_and_packed_members_end_as_alone():
+    """bench/schedule_on_gpu.py, small, on the CPU (so it cannot rot before the next GPU run)."""
+    from bench import schedule_on_gpu
+
+    measured = schedule_on_gpu.main(["--device", "cpu", "--steps", "24"])
+    assert measured["lr"] == measured["lr_expected"] > 0
+    for rows in measured["rows"].values():
+        assert rows["packed"] == pytest.approx(rows["alone"], abs=1e-4) == rows["alone on cpu"]

@@ -1,6 +1,6 @@
 """Learning-rate schedules and gradient clipping (`optim.schedule`, `warmup_steps`, `min_lr`, `clip_norm`): the values
 PyTorch's own schedulers give at every step, clipping as torch.nn.utils.clip_grad_norm_ clips one model, the learning
-rate logged at every evaluation, and bad values refused with their key. Packed members on a schedule end where each
+rate logged at every evaluation, bad values refused with their key, and a grid over the rate and the warm-up. Packed members on a schedule end where each
 would alone, and a run resumed mid-warm-up where an uninterrupted one does: tests/unit/test_population.py."""
 import math
 
@@ -107,3 +107,18 @@ def test_a_bad_schedule_is_refused_naming_its_key(override, key, why):
     with pytest.raises(config.ConfigError) as error:
         config.load(CONFIGS / "debug.yaml", [override])
     assert error.value.key == key and why in str(error.value)
+
+
+def test_a_grid_over_the_learning_rate_and_the_warm_up_is_a_normal_grid():
+    """Each point a config of its own schedule; points of different optim settings never share a pack."""
+    from sweep.space import load_sweep
+    from trainables.population import pack_key
+
+    axes = "sweep.axes=[{key: optim.lr, values: [0.01, 0.001]}, {key: optim.warmup_steps, values: [0, 50]}]"
+    base, _, points = load_sweep(CONFIGS / "debug_two_nodes.yaml", [axes, "optim.schedule=linear"])
+    cfgs = [config.with_point(config.to_dict(base), point, check_device=False) for point in points]
+    assert sorted((c.optim.lr, c.optim.warmup_steps, c.seed) for c in cfgs) == sorted(
+        (lr, warmup, seed) for lr in (0.01, 0.001) for warmup in (0, 50) for seed in (0, 1))  # the config's seeds
+    for c in cfgs:
+        assert c.optim.lr_at(c.optim.warmup_steps) == c.optim.lr and c.optim.lr_at(c.optim.max_steps) == 0.0
+    assert len({pack_key(c) for c in cfgs}) == 4  # one per (lr, warm-up): seeds of one point may share a pack

@@ -1,7 +1,8 @@
 """Learning-rate schedules and gradient clipping (`optim.schedule`, `warmup_steps`, `min_lr`, `clip_norm`): the values
 PyTorch's own schedulers give at every step, clipping as torch.nn.utils.clip_grad_norm_ clips one model, the learning
-rate logged at every evaluation, bad values refused with their key, and a grid over the rate and the warm-up. Packed members on a schedule end where each
-would alone, and a run resumed mid-warm-up where an uninterrupted one does: tests/unit/test_population.py."""
+rate logged at every evaluation, bad values refused with their key, and a grid over the rate and the warm-up. Packed
+members on a schedule end where each would alone, and a run resumed mid-warm-up where an uninterrupted one does:
+tests/unit/test_population.py."""
 import math
 
 import pytest

@@ -102,9 +102,10 @@ def run() -> None:
     matters is done first: other non-daemon threads joined, exit handlers run (Ray's, W&B's, logging's), output
     flushed. Every file headsweep writes is closed before main() returns. An exception or SystemExit ends the usual way."""
     code = main()
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter does first at exit: threading's own exit hooks, which tell idle ThreadPoolExecutor workers to
+    # stop (torch.compile leaves some), then every non-daemon thread joined. Joining them without the hooks waited
+    # forever on those workers: a compiled `headsweep train` finished its run and never exited.
+    threading._shutdown()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -354,7 +354,7 @@ def test_dashboard_builds_workspace_and_report_specs_offline(tmp_path):
     assert (spec["entity"], spec["project"]) == ("team", "headsweep")
     sections = spec["spec"]["section"]["panelBankConfig"]["sections"]
     assert [s["name"] for s in sections] == ["OOD generalization by diversity", "Mechanism", "Attention maps",
-                                             "Training"]
+                                             "Training", "Learning rate"]
     panels = {s["name"]: [p["config"] for p in s["panels"]] for s in sections}
     curves = panels["OOD generalization by diversity"]
     assert {tuple(c.get("metrics", [])) for c in curves} >= {("ood/acc",), ("ood/loss",)}
@@ -363,9 +363,10 @@ def test_dashboard_builds_workspace_and_report_specs_offline(tmp_path):
                for c in curves)
     media_keys = {k for c in panels["Attention maps"] for k in c.get("mediaKeys", [])}
     assert {"attention/query_L0H0", "mech/W_KQ", "ood/acc_by_pair"} <= media_keys
+    assert [c.get("metrics") for c in panels["Learning rate"]] == [["train/lr"]]  # every task's runs trained by optim
     report = json.loads((out / "report.json").read_text())
     assert report["project"] == {"name": "headsweep", "entityName": "team"}
-    assert sum(b["type"] == "panel-grid" for b in report["spec"]["blocks"]) == 4
+    assert sum(b["type"] == "panel-grid" for b in report["spec"]["blocks"]) == 5
 
 
 @pytest.mark.parametrize("extra_env", [{}, {"WANDB_API_KEY": FAKE_KEY, "WANDB_BASE_URL": "dead"}],

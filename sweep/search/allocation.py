@@ -11,6 +11,9 @@ end), so seeds near K* itself, where p is about q, decide neither end. Evaluatio
 2. the low end's plan, the same below q;
 3. the value where `batch` more seeds are expected to leave the least uncertainty about where p crosses q, looking one
    batch ahead; also whenever a plan has nothing to propose (no value on its side of q yet).
+Before the turns: while every seed failed at the widest tried value below q and passed at the narrowest one at or
+above it, with untried values between them, the look-ahead probes that gap (bisection): on a sharp transition
+topping up either side first spends seeds that a probe inside the gap would have placed better.
 While the interval is open past the widest value, the widest value was never tried and no tried value's rate reaches
 q, the widest value is tried first: it decides "none" (an interval that keeps "none" for want of a probe there is
 honest but useless).
@@ -60,13 +63,31 @@ def choose(data: Slice, batch: int, q: float, confidence: float, guide: tuple | 
     tried, rate = estimate.rates(passed, trained)
     if fit.high == m and len(tried) and not trained[-1] and (rate < q).all():
         return m - 1  # nothing tried reaches q yet: the widest value decides "none"
+    belief_passed, belief_trained = (passed + guide[0], trained + guide[1]) if guide else (passed, trained)
+    gap = unprobed_gap(passed, trained, q)
+    if gap is not None:  # a clean fail and a clean pass with untried values between: bisect before topping up
+        return look_ahead(belief_passed, belief_trained, batch, q, confidence, among=gap)
     turn = data.evaluations % 3
     if turn < 2 and len(tried):
         end = plan(passed, trained, q, confidence, fit, max(data.left, batch), high_end=turn == 0)
         if end is not None:
             return end
-    belief_passed, belief_trained = (passed + guide[0], trained + guide[1]) if guide else (passed, trained)
     return look_ahead(belief_passed, belief_trained, batch, q, confidence)
+
+
+def unprobed_gap(passed, trained, q: float) -> np.ndarray | None:
+    """The untried values between the widest tried value whose rate is below q and the narrowest one at or above it,
+    when every seed failed at the first and passed at the second: there the curve may be a step anywhere in the gap,
+    and topping up either side (the plans) decides nothing a probe inside the gap would not also tell. None when the
+    two are neighbours or a side is mixed (the plans' turn)."""
+    tried, rate = estimate.rates(passed, trained)
+    below, above = tried[rate < q], tried[rate >= q]
+    if not len(below) or not len(above):
+        return None
+    a, b = int(below.max()), int(above.min())
+    if b - a < 2 or passed[a] > 0 or passed[b] < trained[b]:
+        return None
+    return np.arange(a + 1, b)
 
 
 def plan(passed, trained, q: float, confidence: float, fit: estimate.Estimate, left: int, high_end: bool) -> int | None:
@@ -165,12 +186,14 @@ def predictive(passed: np.ndarray, trained: np.ndarray, batch: int, q: float) ->
     return probs / probs.sum(axis=1, keepdims=True)
 
 
-def look_ahead(passed, trained, batch: int, q: float, confidence: float) -> int:
+def look_ahead(passed, trained, batch: int, q: float, confidence: float, among: np.ndarray | None = None) -> int:
     """The value where `batch` more seeds leave the belief about where p crosses q least uncertain (expected
-    entropy), ties to the smallest expected credible width, then the less diverse value."""
+    entropy), ties to the smallest expected credible width, then the less diverse value; `among`: only these."""
     passed, trained = np.asarray(passed, float), np.asarray(trained, float)
     m, outcomes = len(passed), np.arange(batch + 1, dtype=float)
-    probed = candidates(passed, trained, q)  # (c,)
+    probed = candidates(passed, trained, q)  # (c,); an untried run's ends and middle are always among them
+    if among is not None:
+        probed = np.intersect1d(probed, among)
     below, above = log_sides(passed, trained - passed, q)  # (m,)
     # every look-ahead at once: value probed[r] with k of `batch` more seeds passed, the other values as they are
     after_below, after_above = log_sides(passed[probed, None] + outcomes,

@@ -205,11 +205,23 @@ def test_the_high_ends_plan_tops_up_the_narrowest_value_that_can_decide():
     assert allocation.choose(allocation.Slice(*data, 0, 3), 3, 0.5, 0.95) == 4
 
 
+def test_a_gap_between_a_clean_fail_and_a_clean_pass_is_probed_before_either_side_is_topped_up():
+    """Every seed failed at 1 and passed at 6, nothing tried between: at every turn the next seeds go inside the gap
+    (on a sharp curve, topping up 1 or 6 first wasted a batch: 24 trainings over 32 widths against 18 now). A mixed
+    side, or neighbours, hand the turns back to the plans."""
+    gap = counts(i1=(0, 3), i6=(3, 3))
+    assert {allocation.choose(allocation.Slice(*gap, e, 40), 3, 0.5, 0.95) for e in range(3)} <= {2, 3, 4, 5}
+    assert allocation.unprobed_gap(*counts(i1=(0, 3), i6=(2, 3)), 0.5) is None
+    assert allocation.unprobed_gap(*counts(i1=(0, 3), i2=(3, 3)), 0.5) is None
+    rows = calibration.calibrate(calibration.bank(16)["sharp"], 0.95, repeats=20, seed=1)
+    assert rows[0]["trainings"] <= 15 and rows[0]["settled"] == 1.0, rows
+
+
 def test_a_tried_value_beyond_the_plans_target_that_blocks_the_end_comes_first():
-    """1 fails, 4 passes 3 of 3, 6 passes 2 of 3 and 7 passes 6 of 6: the high end needs every tried width from it up
+    """3 fails, 4 passes 3 of 3, 6 passes 2 of 3 and 7 passes 6 of 6: the high end needs every tried width from it up
     to show p >= q, so 6 (not shown: 8 of 9 pooled, P = 0.0195 > 0.0175) blocks it; the high end's plan tops it up
     before aiming lower."""
-    data = counts(i1=FAIL, i4=(3, 3), i6=(2, 3), i7=PASS)
+    data = counts(i3=FAIL, i4=(3, 3), i6=(2, 3), i7=PASS)
     assert estimate.fit(*data, 0.5, 0.95).high == 7
     assert allocation.choose(allocation.Slice(*data, 0, 40), 3, 0.5, 0.95) == 6
 
@@ -285,10 +297,12 @@ def test_bad_threshold_settings_name_their_key(override, key):
 @pytest.mark.parametrize("curve", ["sharp", "plateau 0.48", "p(K*) = q"])
 def test_the_bank_runs_and_its_intervals_hold_the_true_answer(curve):
     """bench/calibration.py's own code on three curves of its bank at 12 widths, 100 seeded repeats (a fixed check,
-    not a flaky one): coverage at least 0.93 at the budget and at 3x; a sharp transition settles within 18 trainings
-    at one width (the bench runs 1,000 repeats over four knob sizes and two confidences: docs/SCIENCE.md)."""
+    not a flaky one): coverage at least 0.90 at the budget and at 3x (100 repeats of a coverage of 0.95 fall below 90
+    with probability 0.011; the review's miscalibrated intervals held 0.33-0.74 on plateaus near q); a sharp transition
+    settles within 15 trainings at one width (the bench runs 1,000 repeats over four knob sizes and two confidences:
+    docs/SCIENCE.md)."""
     rows = calibration.calibrate(calibration.bank(12)[curve], 0.95, repeats=100, seed=1)
     assert [r["budget"] for r in rows] == [calibration.BUDGET, calibration.BUDGET + calibration.EXTEND]
-    assert all(r["coverage"] >= 0.93 for r in rows), rows
+    assert all(r["coverage"] >= 0.90 for r in rows), rows
     if curve == "sharp":
-        assert rows[0]["trainings"] <= 18 and rows[0]["width"] <= 1 and rows[0]["settled"] == 1.0
+        assert rows[0]["trainings"] <= 15 and rows[0]["width"] <= 1 and rows[0]["settled"] == 1.0

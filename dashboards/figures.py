@@ -328,6 +328,24 @@ def interval_text(row: pd.Series, column: str, digits: int | None = None, dash: 
     return f"{shown} [{text(row[f'{column}_low'])}, {text(row.get(f'{column}_high', np.nan))}]"
 
 
+def answer_table(table: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.DataFrame:
+    """min_diversity.csv as the terminal prints it and the report shows it first: each answer beside its interval
+    ("beyond" where the interval reaches past the widest value tried; no interval for the shared-seed samplers), p at
+    the widest value tried, and why each slice stopped ("no (open)" on a slice that is not finished)."""
+    shown = table[slice_keys].copy()
+    shown["K*_q [interval]"] = table.apply(lambda row: interval_text(row, "diversity_star", dash="-"), axis=1)
+    if axis in table and table[axis].notna().any():
+        shown[f"{axis} [interval]"] = table.apply(lambda row: interval_text(row, axis, 3, dash="-"), axis=1)
+    shown["seeds"] = table["seeds"]
+    shown["p at widest [interval]"] = table.apply(
+        lambda row: "-" if pd.isna(row["p_at_widest"]) else f"{row['p_at_widest']:.2f}" + (
+            f" [{row['p_at_widest_low']:.2f}, {row['p_at_widest_high']:.2f}]" if "p_at_widest_low" in row else "")
+        + (f" at {row['widest_tried']:g}" if pd.notna(row.get("widest_tried")) else ""), axis=1)
+    stopped = table["stopped"] if "stopped" in table else table["finished"].map(lambda d: "finished" if d else "open")
+    shown["stopped"] = [reason if done else "no (open)" for reason, done in zip(stopped, table["finished"])]
+    return shown
+
+
 def open_slices(minimal: pd.DataFrame) -> pd.Series:
     """(rows,) bool: the slices whose `finished` is False (the search stopped before the answer settled); a table
     without that column has none."""

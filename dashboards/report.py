@@ -170,8 +170,8 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
     knob, metric = search.get("knob", {}).get("key"), success.get("metric", task.success_metric)
     axis = task.diversity_axis
     sections = [Section("Minimal diversity for OOD generalization (min_diversity.csv)",
-                        html=_open_note(minimal, slice_keys) + _answer_legend(success, axis, search.get("sampler"))
-                        + render_table(minimal))]
+                        html=_open_note(minimal, slice_keys) + _answer_tables(minimal, slice_keys, axis)
+                        + _answer_legend(success, axis, search.get("sampler")))]
     curve = _read_csv(out / "success_curve.csv")
     if knob and curve is not None and not curve.empty:
         try:
@@ -235,23 +235,36 @@ def _open_note(minimal: pd.DataFrame, slice_keys: list[str]) -> str:
             f"{html.escape('; '.join(names))}: the answer may still move.</p>\n")
 
 
+def _answer_tables(minimal: pd.DataFrame, slice_keys: list[str], axis: str) -> str:
+    """The table the terminal prints (its column names, narrow enough for a laptop's window), then every column of
+    min_diversity.csv folded away; the CSV alone where it predates the terminal's columns."""
+    try:
+        shown = render_table(figures.answer_table(minimal, slice_keys, axis))
+    except KeyError:  # a min_diversity.csv written before p_at_widest
+        return render_table(minimal)
+    return (shown + "<details><summary>Every column of min_diversity.csv</summary>\n" + render_table(minimal)
+            + "</details>\n")
+
+
 def _answer_legend(success: dict, axis: str, sampler: str | None) -> str:
-    """One paragraph saying what min_diversity.csv's columns mean, with q and the confidence from config.yaml."""
+    """One paragraph saying what the table's columns mean, and their names in min_diversity.csv, with q and the
+    confidence from config.yaml."""
     q, confidence = success.get("rate", 0.5), success.get("confidence", 0.95)
     level = f"{float(confidence):.0%}" if isinstance(confidence, (int, float)) else str(confidence)
-    text = (f"diversity_star: K*_q, the smallest knob value at which a seed passes with probability at least "
-            f"q = {q} (the smallest tried value whose monotone rate reaches q; \u2013, blank in the CSV: past the "
-            f"widest value); diversity_star_low / _high: its {level} interval, ends at values seeds were trained at "
-            f"(high \u2013: open, no value tried rules out 'none'; low \u2013 too: every value up to the widest is "
-            f"ruled out); {axis} at K* and at the interval's ends (_low \u2264 _high; \u2013: unbounded on that "
-            "side); widest_tried: the widest value trained; p_at_widest: p there with its interval; seeds: seeds "
-            "trained behind the answer; finished: False where the search stopped before the answer settled; stopped: "
-            "settled, budget, plateau near q (rates around the crossing within 0.15 of q: more seeds will not settle "
-            "it) or open; to_settle: about how many more trainings (--extend) would settle it at the current rates.")
+    text = (f"K*_q: the smallest knob value at which a seed passes with probability at least q = {q} (the smallest "
+            f"tried value whose monotone rate reaches q; -: past the widest value), with its {level} interval, whose "
+            "ends are values seeds were trained at ('beyond': open, no value tried rules out 'none'); "
+            f"{axis} at K* and at the interval's ends; p at widest: p at the widest value trained, with its interval; "
+            "seeds: seeds trained behind the answer; stopped: settled, budget, plateau near q (rates around the "
+            "crossing within 0.15 of q: more seeds will not settle it) or 'no (open)' where the search stopped before "
+            "the answer settled. In min_diversity.csv: diversity_star, diversity_star_low, diversity_star_high (blank: "
+            f"past the widest value, or open), {axis}, {axis}_low, {axis}_high, widest_tried, p_at_widest, finished, "
+            "stopped and to_settle: about how many more trainings (--extend) would settle it at the current rates.")
     if sampler not in (None, "threshold"):
-        text = (f"diversity_star: the {sampler} sampler's m-of-n answer, the smallest value at which the required "
-                "seeds succeeded with every wider value evaluated succeeding too; no interval (it trains the same "
-                "seeds at every value, which the interval's tests cannot treat as independent).")
+        text = (f"K*_q: the {sampler} sampler's m-of-n answer, the smallest value at which the required seeds "
+                "succeeded with every wider value evaluated succeeding too (diversity_star in min_diversity.csv); no "
+                "interval (it trains the same seeds at every value, which the interval's tests cannot treat as "
+                "independent).")
     return f"<p>{html.escape(text)}</p>\n"
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from dashboards import report
+from dashboards import figures, report
 from trainables.errors import ConfigError
 from trainables.io import FINISHED, read_json, read_jsonl
 from trainables.tasks import task_of, view_of
@@ -205,13 +205,11 @@ class SearchResult(_Members):
             return self.table
         if self.search.get("minimize"):
             return self.table.drop(columns=["study"], errors="ignore")
-        from sweep.search.tables import for_terminal  # (imports Ray and Optuna: sweep/search/__init__.py)
-
         try:
             axis = task_of(self.config).diversity_axis
         except ConfigError:
             axis = ""
-        return for_terminal(self.table, [a["key"] for a in self.search.get("slices", [])], axis)
+        return figures.answer_table(self.table, [a["key"] for a in self.search.get("slices", [])], axis)
 
 
 def _drawn_in_ipython(figure: Figure | None) -> Figure | None:

@@ -12,7 +12,7 @@ import dataclasses
 import optuna
 import pandas as pd
 
-from dashboards import report, search_wandb
+from dashboards import figures, report, search_wandb
 from sweep import cluster, preflight, stopping
 from sweep.search import loop, studies, tables
 from sweep.search.config import RENAMED_SAMPLERS, SearchConfig
@@ -91,7 +91,7 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
         lines = [table.drop(columns=["study"]).to_string(index=False)]
     else:
         axis = task_of(base).diversity_axis
-        lines = [tables.for_terminal(table, [a.key for a in search.slices], axis).to_string(index=False),
+        lines = [figures.answer_table(table, [a.key for a in search.slices], axis).to_string(index=False),
                  f"K*_q: the smallest {search.knob.key} at which a seed passes ({search.success.metric} "
                  f"{search.success.direction} {search.success.threshold:g}) with probability >= "
                  f"{search.success.rate:g}; [interval] at confidence {search.success.confidence:g}, its ends widths "

@@ -158,24 +158,6 @@ def add_stopped_seeds(pooled: dict, study, sl: Slice, search: SearchConfig, out:
             evidence.judged += sum(r.get("status") != VERDICT_KNOWN for r in results)
 
 
-def for_terminal(table: pd.DataFrame, slice_keys: list[str], axis: str) -> pd.DataFrame:
-    """min_diversity.csv as the terminal prints it: each answer beside its interval ("beyond" where the interval
-    reaches past the widest value tried; no interval for the shared-seed samplers), p at the widest value tried, and
-    why each slice stopped ("no (open)" on a slice that is not finished)."""
-    shown = table[slice_keys].copy()
-    shown["K*_q [interval]"] = table.apply(lambda row: figures.interval_text(row, "diversity_star", dash="-"), axis=1)
-    if axis in table and table[axis].notna().any():
-        shown[f"{axis} [interval]"] = table.apply(lambda row: figures.interval_text(row, axis, 3, dash="-"), axis=1)
-    shown["seeds"] = table["seeds"]
-    shown["p at widest [interval]"] = table.apply(
-        lambda row: "-" if pd.isna(row["p_at_widest"]) else f"{row['p_at_widest']:.2f}" + (
-            f" [{row['p_at_widest_low']:.2f}, {row['p_at_widest_high']:.2f}]" if "p_at_widest_low" in row else "")
-        + (f" at {row['widest_tried']:g}" if pd.notna(row.get("widest_tried")) else ""), axis=1)
-    stopped = table["stopped"] if "stopped" in table else table["finished"].map(lambda d: "finished" if d else "open")
-    shown["stopped"] = [reason if done else "no (open)" for reason, done in zip(stopped, table["finished"])]
-    return shown
-
-
 def extend_note(table: pd.DataFrame) -> str | None:
     """A line suggesting --extend for the slices that stopped with their interval open, at the current rates ("" where
     none did); None for a table without intervals."""

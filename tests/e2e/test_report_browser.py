@@ -268,6 +268,23 @@ def test_report_renders_in_headless_chromium(browser, report, figures, request, 
     assert not_blank(screenshot), f"blank page: see {tmp_path / f'{report}.png'}"
 
 
+def test_the_search_reports_answer_table_speaks_the_terminals_names_and_fits_a_laptop_window(browser, search_report):
+    """The answer table says K*_q [interval] as the terminal does (the CSV's diversity_star columns are folded away
+    below it) and fits the 1280 px window: no column scrolls off to the right."""
+    browser.open(search_report)
+    fits = browser.evaluate(
+        "(() => { const wraps = Array.from(document.querySelectorAll('.table-wrap'));"
+        " const w = wraps.find(w => w.querySelector('thead') && w.querySelector('thead').textContent"
+        ".includes('K*_q [interval]')); if (!w) return 'no answer table';"
+        " return [w.scrollWidth, w.clientWidth, w.closest('details') === null]; })()")
+    assert fits != "no answer table"
+    scroll, visible, shown = fits
+    assert shown and scroll <= visible, f"the answer table is {scroll} px wide in a {visible} px box"
+    page = search_report.read_text()
+    assert page.index("K*_q [interval]") < page.index("<summary>Every column of min_diversity.csv</summary>") \
+        < page.index("<th>diversity_star_low</th>")
+
+
 def test_the_blank_check_can_fail():
     white = io.BytesIO()
     Image.new("RGB", (200, 100), "white").save(white, format="PNG")

@@ -10,7 +10,6 @@ from PIL import Image
 
 from dashboards import figures as plots
 from dashboards.html import gallery
-from sweep.search import tables
 from trainables import figures, readouts
 from trainables.models.one_step import SPEC as ONE_STEP
 from trainables.tasks.trigger_copy import figures as trigger_copy_figures
@@ -251,12 +250,12 @@ def test_success_curves_show_p_with_its_band_the_seeds_q_and_k_star_with_its_int
 def test_the_terminal_prints_each_answer_with_its_interval_as_the_figures_title_does():
     minimal, _ = search_tables()
     minimal["p_at_widest"], minimal["p_at_widest_low"], minimal["p_at_widest_high"] = 0.8, 0.5, 0.95
-    shown = tables.for_terminal(minimal, [LOW, N_TRG], "data/max_sum_ratio")
+    shown = plots.answer_table(minimal, [LOW, N_TRG], "data/max_sum_ratio")
     assert list(shown["K*_q [interval]"]) == ["3 [2, 4]", "5 [4, beyond]", "- [6, beyond]", "- [beyond, beyond]"]
     assert shown["data/max_sum_ratio [interval]"][0] == "0.333 [0.250, 0.500]"
     assert list(shown["stopped"]) == ["finished", "no (open)", "finished", "no (open)"]
     minimal["stopped"], minimal["widest_tried"] = ["settled", "open", "plateau near q", "open"], 6
-    shown = tables.for_terminal(minimal, [LOW, N_TRG], "data/max_sum_ratio")
+    shown = plots.answer_table(minimal, [LOW, N_TRG], "data/max_sum_ratio")
     assert list(shown["stopped"]) == ["settled", "no (open)", "plateau near q", "no (open)"]
     assert shown["p at widest [interval]"][0] == "0.80 [0.50, 0.95] at 6"
     assert plots.interval_text(minimal.drop(columns=["diversity_star_low"]).iloc[0], "diversity_star") == "3"

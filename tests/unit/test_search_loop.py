@@ -8,6 +8,7 @@ import optuna
 import pandas as pd
 import pytest
 
+from dashboards import figures
 from sweep import space, tuner
 from sweep.search import bisection, estimate, loop, owners, tables
 from sweep.search import studies as search_studies
@@ -169,7 +170,7 @@ def test_the_all_pass_bisection_states_its_own_answer_without_an_interval(tmp_pa
     table, _ = tables.min_diversity_rows(studies, all_slices, search, base)
     assert list(table["diversity_star"]) == [WIDTH_NEEDED] * len(all_slices)
     assert not {"diversity_star_low", "diversity_star_high", "to_settle"} & set(table.columns)
-    shown = tables.for_terminal(table, [a.key for a in search.slices], "data/max_sum_ratio")
+    shown = figures.answer_table(table, [a.key for a in search.slices], "data/max_sum_ratio")
     assert list(shown["K*_q [interval]"]) == [f"{WIDTH_NEEDED}"] * len(all_slices)
     assert tables.extend_note(table) is None
 
@@ -381,7 +382,7 @@ def test_a_stopped_evaluations_finished_seeds_count_and_a_slice_without_seeds_ha
     at = curve[(curve["study"] == first.study_name) & (curve["trained"] > 0)]
     assert list(at[["trained", "passed"]].iloc[0]) == [2, 1] and len(at) == 1
     assert empty["seeds"] == 0 and empty[["diversity_star", "diversity_star_low", "diversity_star_high"]].isna().all()
-    shown = tables.for_terminal(table, [a.key for a in search.slices], "data/max_sum_ratio")
+    shown = figures.answer_table(table, [a.key for a in search.slices], "data/max_sum_ratio")
     assert shown["K*_q [interval]"].iloc[1] == "-"
     assert tables.extend_note(table) == ""
     # without the output directory (what an Optuna-only reader has) the stopped seeds are not seen

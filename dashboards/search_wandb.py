@@ -18,6 +18,7 @@ import pandas as pd
 from dashboards import figures
 from dashboards.report import read_config, theory_values
 from trainables.io import flat
+from trainables import logger
 from trainables.logger import _run_id, resolve_wandb_mode
 from trainables.tasks import task_of
 
@@ -65,8 +66,7 @@ def log_search(out: str | Path) -> Path | None:
         run.finish(exit_code=exit_code)
     run_dir = Path(run.dir).parent
     if mode == "offline":
-        print(f"W&B: offline search run ({why}) in {run_dir}; upload it later with `wandb sync {run_dir}`",
-              file=sys.stderr)
+        print(logger.offline_notice("search run", why, logger.shown_path(run_dir)), file=sys.stderr)
     return run_dir
 
 

@@ -144,8 +144,7 @@ def trial_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", grou
                 sinks[0].close()
                 raise
             if mode == "offline":
-                print(f"W&B: offline run ({why}) in {out_dir / 'wandb'}; upload it later with "
-                      f"`wandb sync {out_dir / 'wandb'}/offline-run-*`", file=sys.stderr)
+                print(offline_notice("run", why, f"{shown_path(out_dir / 'wandb')}/offline-run-*"), file=sys.stderr)
     return Logger(*sinks)
 
 
@@ -227,6 +226,20 @@ class WandbSink:
         self.run.finish(exit_code=self.exit_code)
 
 
+def offline_notice(kind: str, why: str, target: str) -> str:
+    """The one line an offline W&B run prints: why it is offline and the command that uploads it (short: a search
+    prints one per command, and a train one per run)."""
+    return f"W&B: offline {kind} ({why}); upload: wandb sync {target}"
+
+
+def shown_path(path: Path) -> str:
+    """`path` relative to the working directory when under it (as the user typed --out), else absolute."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def resolve_wandb_mode(requested: str) -> tuple[str, str]:
     """(mode, reason): the W&B mode a member will use. Never one that prompts for a login or waits on a dead server.
 
@@ -244,7 +257,7 @@ def resolve_wandb_mode(requested: str) -> tuple[str, str]:
         return mode, f"logging.mode={requested}" if requested != "auto" else f"WANDB_MODE={mode}"
     base_url = os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)
     if not has_credentials(base_url):
-        return "offline", "no W&B credentials: run `wandb login` or set WANDB_API_KEY to log online"
+        return "offline", "no W&B credentials; `wandb login` to log online"
     if not server_answers(base_url):
         return "offline", f"{base_url} does not answer"
     return "online", "logged in"

@@ -215,7 +215,8 @@ def test_train_without_credentials_logs_offline_and_never_prompts(tmp_path):
     env = clean_env(HOME=str(home), **wandb_home(tmp_path))  # no key, no ~/.netrc, no WANDB_MODE
     proc = headsweep("train", CONFIGS / "debug_grid.yaml", "logging.wandb=true", "--out", out, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "W&B: offline run (no W&B credentials" in proc.stderr and "wandb sync" in proc.stderr
+    notice = next(line for line in proc.stderr.splitlines() if line.startswith("W&B: offline run"))
+    assert "(no W&B credentials; `wandb login` to log online); upload: wandb sync " in notice
     run = offline_run(out)
     assert run["job_type"] == "train" and run["group"] == "debug_grid" and run["name"] == "l2-7_t2_s0"
 

@@ -1,7 +1,8 @@
 """Logger fan-out: every sink gets every record; media and summaries reach only the sinks that take them."""
 import json
+from pathlib import Path
 
-from trainables import config
+from trainables import config, logger
 from trainables.logger import JsonlSink, Logger
 from trainables.train import train
 from tests.conftest import CONFIGS
@@ -68,3 +69,17 @@ def test_a_trial_drops_the_wandb_service_its_worker_inherited_and_keeps_its_own(
     monkeypatch.setenv("WANDB_SERVICE", "3-4242-tcp-localhost-5151")
     trainable.drop_inherited_wandb_service()
     assert trainable.os.environ["WANDB_SERVICE"] == "3-4242-tcp-localhost-5151"
+
+
+def test_the_offline_notice_is_one_short_line_with_the_path_as_typed(tmp_path, monkeypatch):
+    """A search prints one notice per command and a train one per run: why it is offline and the upload command, the
+    directory relative to where the user stands (as --out was typed), about 120 characters (it was ~250)."""
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "runs" / "quickstart" / "wandb" / "offline-run-20261127_220000-abcdefgh"
+    why = logger.resolve_wandb_mode("offline")[1]
+    line = logger.offline_notice("search run", why, logger.shown_path(run_dir))
+    assert line == ("W&B: offline search run (logging.mode=offline); upload: wandb sync "
+                    "runs/quickstart/wandb/offline-run-20261127_220000-abcdefgh")
+    assert logger.shown_path(Path("/elsewhere/wandb")) == "/elsewhere/wandb"
+    assert len(logger.offline_notice("run", "no W&B credentials; `wandb login` to log online",
+                                     "runs/quickstart/wandb/offline-run-*")) < 130

@@ -257,6 +257,18 @@ def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres,
     reference = pd.read_csv(tmp_path / "local" / "min_diversity.csv")
     assert answer["diversity_star"].tolist() == reference["diversity_star"].tolist()
 
+    # `headsweep show` prints the table from the bucket alone, from a machine that never saw it, writing nothing there
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | s3.credentials \
+        | {"HEADSWEEP_CACHE": str(tmp_path / "cache-show")}
+    shown = subprocess.run([HEADSWEEP, "show", uri], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if "K*_q [interval]" in line)
+    rows = [line.split() for line in lines[header + 1:header + 1 + len(answer)]]
+    stars = ["-" if pd.isna(star) else f"{star:g}" for star in answer["diversity_star"]]
+    assert [row[1] for row in rows] == stars, shown.stdout  # one slice key (task.lengths.low), then K*
+    assert s3.keys(prefix) == keys
+
 
 @pytest.mark.parametrize("case", ["missing bucket", "wrong secret", "silent endpoint", "journal"])
 def test_bad_bucket_input_is_one_line_naming_the_option_and_writes_nothing(s3, tmp_path, case):

@@ -9,11 +9,13 @@ and IPython files in a temporary directory: nothing is written to the user's hom
 import os
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
 import pytest
 from ipykernel.kernelspec import install
+from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
 import headsweep as hs
@@ -29,20 +31,27 @@ LOG_LINE = re.compile(r"^\s*(\(pid=|\(\w+ pid=|\x1b\[3\dm\(|\d{4}-\d\d-\d\d|\[\d
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
-@pytest.fixture(scope="module")
-def executed(tmp_path_factory):
-    """The notebook after a real kernel ran it in a fresh directory: (notebook, that directory, seconds it took)."""
-    home, work = tmp_path_factory.mktemp("jupyter"), tmp_path_factory.mktemp("notebook")
+@contextmanager
+def jupyter_home(home: Path):
+    """This interpreter installed as the kernel KERNEL under `home`, and Jupyter's files there while the block runs."""
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "IPYTHONDIR": str(home / "ipython"), "OMP_NUM_THREADS": "1"}
     install(kernel_name=KERNEL, prefix=str(home), env=env)  # home/share/jupyter/kernels/KERNEL: this interpreter
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
     with pytest.MonkeyPatch.context() as mp:
         for key in FOREIGN_RAY_VARS:  # a Ray of the kernel's own, as on a laptop
             mp.delenv(key, raising=False)
         for key, folder in (("JUPYTER_PATH", "share/jupyter"), ("JUPYTER_DATA_DIR", "data"),
                             ("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config")):
             mp.setenv(key, str(home / folder))
+        yield
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The notebook after a real kernel ran it in a fresh directory: (notebook, that directory, seconds it took)."""
+    home, work = tmp_path_factory.mktemp("jupyter"), tmp_path_factory.mktemp("notebook")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    with jupyter_home(home):
         started = time.monotonic()
         NotebookClient(notebook, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S,
                        resources={"metadata": {"path": str(work)}}).execute()
@@ -126,3 +135,48 @@ def test_the_output_directories_read_back_here(executed):
     assert isinstance(found, hs.SearchResult) and len(found.trials) == found.table["seeds"].sum() > 0
     saved = list((out / "running_mean" / "trials").glob("*/config.yaml"))  # the model a cell defined, trained by Ray
     assert len(saved) == 2 and all("name: running_mean" in path.read_text() for path in saved)
+
+
+def test_a_search_stopped_from_the_notebook_shows_the_table_so_far_and_keeps_what_finished(tmp_path):
+    """The notebook's stop button (an interrupt to the kernel) during hs.search: the cell shows the table so far
+    (unfinished slices marked) and ends with a KeyboardInterrupt (Stopped), the kernel lives on, and every seed that finished is
+    in the directory, read back by hs.load, none of them marked failed."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "configs").symlink_to(ROOT / "configs")
+    out = tmp_path / "work" / "runs" / "stopped"
+    with jupyter_home(tmp_path / "jupyter"):
+        manager, client = start_new_kernel(kernel_name=KERNEL, cwd=str(tmp_path / "work"))
+        try:
+            cell = client.execute('import headsweep as hs\n'
+                                  'hs.search(hs.config("configs/quickstart.yaml", "logging.wandb=false"), '
+                                  'out="runs/stopped")')
+            deadline = time.monotonic() + CELL_TIMEOUT_S
+            while not list(out.glob("trials/*/result.json")):  # a seed has finished: stop it now
+                assert time.monotonic() < deadline, "no seed finished"
+                time.sleep(0.5)
+            manager.interrupt_kernel()
+            shown, error = [], None
+            while True:
+                message = client.get_iopub_msg(timeout=CELL_TIMEOUT_S)
+                if message["parent_header"].get("msg_id") != cell:
+                    continue
+                content = message["content"]
+                shown.append(content.get("text", "") + content.get("data", {}).get("text/plain", ""))
+                error = content["ename"] if message["msg_type"] == "error" else error
+                if message["msg_type"] == "status" and content["execution_state"] == "idle":
+                    break
+            alive = client.execute_interactive("1 + 1", timeout=60)["content"]["status"]
+        finally:
+            manager.shutdown_kernel(now=True)
+    printed = "".join(shown)
+    assert error == "Stopped" and alive == "ok", printed[-3000:]  # sweep.stopping.Stopped, a KeyboardInterrupt
+    assert "K*_q [interval]" in printed and "no (open)" in printed, printed[-3000:]
+    found = hs.load(out)
+    # the seeds that had finished when the table was written (a member of the round may finish a moment after the
+    # stop, while the table is written: it is on disk, and a resumed search counts it, not trains it again)
+    written = (out / "min_diversity.csv").stat().st_mtime
+    trained = found.trials[[(out / "trials" / m / "result.json").exists()
+                            and (out / "trials" / m / "result.json").stat().st_mtime < written
+                            for m in found.trials["member"]]]
+    assert found.table["seeds"].sum() == len(trained) > 0, found.trials[["member", "state"]]  # each finished seed
+    assert (trained["state"] != "FAIL").all(), trained[["member", "state"]]  # and none of them marked failed

@@ -17,8 +17,8 @@ import pandas as pd
 
 from dashboards import figures
 from dashboards.report import read_config, theory_values
-from trainables.io import flat
 from trainables import logger
+from trainables.io import flat
 from trainables.logger import _run_id, resolve_wandb_mode
 from trainables.tasks import task_of
 

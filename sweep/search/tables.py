@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dashboards import figures
 from sweep.search import bisection, estimate, loop, owners
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice

@@ -15,7 +15,7 @@ import pandas as pd
 from dashboards import figures, report, search_wandb
 from sweep import cluster, preflight, stopping
 from sweep.search import loop, studies, tables
-from sweep.search.config import RENAMED_SAMPLERS, SearchConfig
+from sweep.search.config import RENAMED_SAMPLERS, SearchConfig, note
 from sweep.storage import buckets
 from sweep.storage.out_dir import OutDir
 from trainables import config
@@ -52,6 +52,8 @@ def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: s
     cluster.connect(address)
     cluster.check_resources(search.resources, "search")
     preflight.check_storage(out)
+    if (line := studies.unreachable_note(search, all_slices)) is not None:
+        note(line)
 
     create_out(out.local, resolved)  # atomic: another driver may be reading config.yaml in claim_out
     out.sync()
@@ -97,9 +99,9 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
                  f"{search.success.rate:g}; [interval] at confidence {search.success.confidence:g}, its ends widths "
                  "seeds were trained at ('beyond': no value tried rules out 'none')" if search.answers_with_interval
                  else f"K*: the {search.sampler} sampler's m-of-n answer (the same seeds at every value: no interval)"]
-        note = tables.extend_note(table)
-        if note:
-            lines.append(note)
+        extend_line = tables.extend_note(table)
+        if extend_line:
+            lines.append(extend_line)
     lines.append(f"[{out}/{'best.csv' if search.minimize else 'min_diversity.csv'}, {out}/report.html]"
                  + (f" (local copy: {out.local})" if out.mirror else ""))
     if so_far:

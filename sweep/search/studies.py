@@ -19,7 +19,7 @@ import optuna
 import sqlalchemy
 
 from sweep.search import bisection, guide, owners
-from sweep.search.config import ParamConfig, SearchConfig, note
+from sweep.search.config import ParamConfig, SearchConfig
 from sweep.space import axis_values, parse_constraint, point_id
 from trainables import config
 from trainables.errors import ConfigError
@@ -90,20 +90,23 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
         if search.reference:
             _check_point(base_dict, point | search.reference)
         result.append(Slice(point, values, name, params, measures))
-    if knob:
-        _note_unreachable(search, [v for v in candidates if not any(v in sl.values for sl in result)])
     return result
 
 
-def _note_unreachable(search: SearchConfig, dropped: list) -> None:
-    """One line when the constraints rule some of the knob's values out in every slice (e.g. a knob.high no slice can
-    reach), which would otherwise narrow the search without a word."""
+def unreachable_note(search: SearchConfig, all_slices: list[Slice]) -> str | None:
+    """The line saying which knob values the constraints rule out in every slice (e.g. a knob.high no slice can
+    reach), which would otherwise narrow the search without a word; None when every value is searched somewhere.
+    (Said once the search is known to start: a later refusal stays the one line on stderr.)"""
+    if not search.knob.key:
+        return None
+    candidates = search.knob.values or range(search.knob.low, search.knob.high + 1)
+    dropped = [v for v in candidates if not any(v in sl.values for sl in all_slices)]
     if not dropped:
-        return
+        return None
     contiguous = not search.knob.values and dropped[-1] - dropped[0] == len(dropped) - 1 and len(dropped) > 2
     shown = f"{dropped[0]}..{dropped[-1]}" if contiguous else ", ".join(map(str, dropped[:6])) + (
         ", ..." if len(dropped) > 6 else "")
-    note(f"search.knob: {search.knob.key} = {shown} breaks search.constraints in every slice: not searched")
+    return f"search.knob: {search.knob.key} = {shown} breaks search.constraints in every slice: not searched"
 
 
 def constraint_checks(search: SearchConfig) -> list:

@@ -177,3 +177,14 @@ def test_a_search_stopped_by_ctrl_c_shows_its_table_so_far_counting_every_finish
     assert again.returncode == 0 and "K*_q [interval]" in again.stdout, again.stderr[-3000:]
     assert sorted(out.glob("ray/search-*")) == experiments  # no Tune run: Ray never started
     assert again.stdout.splitlines()[-4:] == proc.stdout.splitlines()[-4:]
+
+
+def test_a_knob_range_no_slice_can_reach_is_said_once_the_search_starts(tmp_path):
+    """One slice (low = 4) under the constraint low + width <= 9: widths 6 and 7 are searched nowhere, one line on
+    stderr once the search starts (a refusal before it, tests/integration/test_concurrent_search.py, stays one line)."""
+    proc = headsweep("search", CONFIGS / "debug_search.yaml", "search.slices=[{key: task.lengths.low, values: [4]}]",
+                     "search.budget.trainings=6", "logging.wandb=false", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if line.startswith("headsweep: search.knob:")]
+    assert said == ["headsweep: search.knob: task.lengths.width = 6, 7 breaks search.constraints in every slice: "
+                    "not searched"], proc.stderr[-3000:]

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from sweep.search import bisection
+from sweep.search import bisection, estimate
 
 Q, BATCH, RESOLUTION, BUDGET, EXTEND = 0.5, 3, 1.0, 40, 80  # the search's defaults; --extend to 3x the budget
 PLATEAUS = (0.4, 0.45, 0.48, 0.55, 0.6)
@@ -46,20 +46,31 @@ def true_star(p: np.ndarray, q: float = Q) -> int:
     return next((i for i, v in enumerate(p) if v >= q), len(p))
 
 
-def search(p: np.ndarray, confidence: float, rng: np.random.Generator) -> list[tuple]:
-    """One slice's search to the budget, then --extend to 3x: (low, high, trainings, settled) at each stop."""
+def counts_at_stops(p: np.ndarray, confidence: float, rng: np.random.Generator, choose=None):
+    """One slice's seeds drawn as Bernoulli(p) where the sampler's decision puts them (or `choose(passed, trained)`,
+    which ignores settling), to the budget and then --extend to 3x: (passed, trained) at each stop, as the counts
+    stand then (the arrays go on changing after the first)."""
     m = len(p)
     sampler = bisection.ThresholdSampler("knob", list(range(m)), Q, confidence, BATCH, RESOLUTION, BUDGET)
-    passed, trained, evaluations, stops = np.zeros(m), np.zeros(m), 0, []
+    passed, trained, evaluations = np.zeros(m), np.zeros(m), 0
     for budget in (BUDGET, BUDGET + EXTEND):
-        while (index := sampler.decide(passed, trained, evaluations, int(budget - trained.sum()))) is not None:
-            seeds = int(min(BATCH, budget - trained.sum()))
+        while trained.sum() < budget:
+            left = int(budget - trained.sum())
+            index = sampler.decide(passed, trained, evaluations, left) if choose is None else choose(passed, trained)
+            if index is None:
+                break
+            seeds = min(BATCH, left)
             passed[index] += rng.binomial(seeds, p[index])
             trained[index] += seeds
             evaluations += 1
-        fit = sampler.fit_counts(passed, trained)
-        stops.append((fit.low, fit.high, int(trained.sum()), fit.settled(RESOLUTION)))
-    return stops
+        yield passed, trained
+
+
+def search(p: np.ndarray, confidence: float, rng: np.random.Generator) -> list[tuple]:
+    """One slice's search to the budget, then --extend to 3x: (low, high, trainings, settled) at each stop."""
+    fits = [(estimate.fit(passed, trained, Q, confidence), trained.sum())
+            for passed, trained in counts_at_stops(p, confidence, rng)]
+    return [(fit.low, fit.high, int(trainings), fit.settled(RESOLUTION)) for fit, trainings in fits]
 
 
 def calibrate(p: np.ndarray, confidence: float, repeats: int, seed: int = 0) -> list[dict]:

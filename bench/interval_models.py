@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `from bench import ...` when run as a script
 from bench import calibration  # noqa: E402
-from sweep.search import allocation, bisection, estimate  # noqa: E402
+from sweep.search import allocation, estimate  # noqa: E402
 
 CRITS = (3.84, 6.63)
 
@@ -63,23 +63,11 @@ def run(args: tuple) -> list[dict]:
     name, m, allocator, repeats, seed = args
     p, model = calibration.bank(m)[name], Logistic(m, calibration.Q)
     truth, rng = calibration.true_star(p), np.random.default_rng(seed)
+    look_ahead = lambda passed, trained: allocation.look_ahead(passed, trained, calibration.BATCH, calibration.Q, 0.95)
     found = []  # per repeat, per budget: (tests' low, high), then (low, high) per crit
     for _ in range(repeats):
-        sampler = bisection.ThresholdSampler("knob", list(range(m)), calibration.Q, 0.95, calibration.BATCH,
-                                             calibration.RESOLUTION, calibration.BUDGET)
-        passed, trained, evaluations, stops = np.zeros(m), np.zeros(m), 0, []
-        for budget in (calibration.BUDGET, calibration.BUDGET + calibration.EXTEND):
-            while trained.sum() < budget:
-                if allocator == "search":
-                    index = sampler.decide(passed, trained, evaluations, int(budget - trained.sum()))
-                    if index is None:
-                        break
-                else:
-                    index = allocation.look_ahead(passed, trained, calibration.BATCH, calibration.Q, 0.95)
-                seeds = int(min(calibration.BATCH, budget - trained.sum()))
-                passed[index] += rng.binomial(seeds, p[index])
-                trained[index] += seeds
-                evaluations += 1
+        stops = []
+        for passed, trained in calibration.counts_at_stops(p, 0.95, rng, None if allocator == "search" else look_ahead):
             tests = estimate.fit(passed, trained, calibration.Q, 0.95)
             stops.append([(tests.low, tests.high)] + [model.interval(passed, trained, c) for c in CRITS])
         found.append(stops)

@@ -1,6 +1,6 @@
 """Calibration of the threshold search on a bank of success curves whose answer is known: one slice's search repeated
-many times, seeds drawn as Bernoulli(p(K)), through the sampler's own decision (ThresholdSampler.decide: the
-settled check, the budget and allocation.choose, exactly as ThresholdSampler.next runs them on a study's counts), to
+many times, seeds drawn as Bernoulli(p(K)), through the sampler's own decision (samplers.Threshold.decide: the
+settled check, the budget and allocation.choose, exactly as Threshold.choose runs them on a study's counts), to
 the default budget and then on with --extend to 3x it, as `headsweep search --extend` continues a stopped search.
 
     .venv/bin/python bench/calibration.py --repeats 1000 --workers 2            # the whole bank (about 35 min)
@@ -23,7 +23,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from sweep.search import bisection, estimate
+from sweep.search import estimate, samplers
 
 Q, BATCH, RESOLUTION, BUDGET, EXTEND = 0.5, 3, 1.0, 40, 80  # the search's defaults; --extend to 3x the budget
 PLATEAUS = (0.4, 0.45, 0.48, 0.55, 0.6)
@@ -51,7 +51,8 @@ def counts_at_stops(p: np.ndarray, confidence: float, rng: np.random.Generator, 
     which ignores settling), to the budget and then --extend to 3x: (passed, trained) at each stop, as the counts
     stand then (the arrays go on changing after the first)."""
     m = len(p)
-    sampler = bisection.ThresholdSampler("knob", list(range(m)), Q, confidence, BATCH, RESOLUTION, BUDGET)
+    sampler = samplers.Threshold("knob", list(range(m)), Q, BUDGET, confidence=confidence, batch=BATCH,
+                                 resolution=RESOLUTION)
     passed, trained, evaluations = np.zeros(m), np.zeros(m), 0
     for budget in (BUDGET, BUDGET + EXTEND):
         while trained.sum() < budget:

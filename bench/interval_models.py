@@ -6,7 +6,7 @@ floor and a plateau, so plateaus below and above q are inside it), fitted by max
 (c, s, top, floor). Its interval for K*_q is the profile-likelihood set: every K (and "none") whose best fit is within
 crit / 2 log-likelihood of the best overall (crit = the chi-square's 95% point, 3.84, and a wider 6.63), its ends
 moved outward to tried widths as the tests' are. Seeds are allocated by the search's own decision
-(ThresholdSampler.decide, which feeds the tests) or by the belief's look-ahead alone (which puts seeds near K*, where
+(samplers.Threshold.decide, which feeds the tests) or by the belief's look-ahead alone (which puts seeds near K*, where
 a curve fit learns most), to the default budget (40) and on to 3x (120), as bench/calibration.py runs them.
 
     .venv/bin/python bench/interval_models.py --repeats 200 --size 32 --workers 2

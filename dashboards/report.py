@@ -171,7 +171,8 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
     axis = task.diversity_axis
     sections = [Section("Minimal diversity for OOD generalization (min_diversity.csv)",
                         html=_open_note(minimal, slice_keys) + _answer_tables(minimal, slice_keys, axis)
-                        + _answer_legend(success, axis, search.get("sampler")))]
+                        + _answer_legend(success, axis, None if "diversity_star_low" in minimal
+                                         else search.get("sampler", "m-of-n")))]
     curve = _read_csv(out / "success_curve.csv")
     if knob and curve is not None and not curve.empty:
         try:
@@ -246,9 +247,9 @@ def _answer_tables(minimal: pd.DataFrame, slice_keys: list[str], axis: str) -> s
             + "</details>\n")
 
 
-def _answer_legend(success: dict, axis: str, sampler: str | None) -> str:
+def _answer_legend(success: dict, axis: str, m_of_n: str | None) -> str:
     """One paragraph saying what the table's columns mean, and their names in min_diversity.csv, with q and the
-    confidence from config.yaml."""
+    confidence from config.yaml; `m_of_n`: the sampler's name where the table has no interval (its m-of-n answer)."""
     q, confidence = success.get("rate", 0.5), success.get("confidence", 0.95)
     level = f"{float(confidence):.0%}" if isinstance(confidence, (int, float)) else str(confidence)
     text = (f"K*_q: the smallest knob value at which a seed passes with probability at least q = {q} (the smallest "
@@ -260,8 +261,8 @@ def _answer_legend(success: dict, axis: str, sampler: str | None) -> str:
             "the answer settled. In min_diversity.csv: diversity_star, diversity_star_low, diversity_star_high (blank: "
             f"past the widest value, or open), {axis}, {axis}_low, {axis}_high, widest_tried, p_at_widest, finished, "
             "stopped and to_settle: about how many more trainings (--extend) would settle it at the current rates.")
-    if sampler not in (None, "threshold"):
-        text = (f"K*_q: the {sampler} sampler's m-of-n answer, the smallest value at which the required seeds "
+    if m_of_n is not None:
+        text = (f"K*_q: the {m_of_n} sampler's m-of-n answer, the smallest value at which the required seeds "
                 "succeeded with every wider value evaluated succeeding too (diversity_star in min_diversity.csv); no "
                 "interval (it trains the same seeds at every value, which the interval's tests cannot treat as "
                 "independent).")

@@ -1,9 +1,10 @@
 """`headsweep search`: Optuna decides which training distributions to try, Ray Tune trains them.
 
-config.py reads the `search:` section; studies.py opens one Optuna study per slice in the storage; bisection.py
-and guide.py are the threshold sampler and the verdicts it carries between slices; loop.py runs the rounds of
-ask -> train -> tell; owners.py lets several drivers share the studies; tables.py writes trials.csv and
-min_diversity.csv (or best.csv). The report is dashboards/report.py's, built from those files.
+config.py reads the `search:` section; studies.py opens one Optuna study per slice in the storage; samplers.py
+says what each slice evaluates next (on estimate.py, allocation.py and bisection.py) and guide.py the verdicts
+carried between slices; loop.py runs the rounds of ask -> train -> tell; owners.py lets several drivers share the
+studies; tables.py writes trials.csv and min_diversity.csv (or best.csv). The report is dashboards/report.py's,
+built from those files.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pandas as pd
 
 from dashboards import figures, report, search_wandb
 from sweep import cluster, preflight, stopping
-from sweep.search import loop, studies, tables
+from sweep.search import loop, samplers, studies, tables
 from sweep.search.config import RENAMED_SAMPLERS, SearchConfig, note
 from sweep.storage import buckets
 from sweep.storage.out_dir import OutDir
@@ -77,8 +78,7 @@ def _answered(base, search: SearchConfig, storage, all_slices: list, out: OutDir
     if search.minimize or not (out.local / "min_diversity.csv").exists():
         return None
     try:
-        loaded = {sl.study_name: optuna.load_study(study_name=sl.study_name, storage=storage,
-                                                   sampler=studies.make_sampler(sl, search)) for sl in all_slices}
+        loaded = {sl.study_name: optuna.load_study(study_name=sl.study_name, storage=storage) for sl in all_slices}
     except KeyError:  # a slice without its study
         return None
     table, _ = tables.min_diversity_rows(loaded, all_slices, search, base, out.local)
@@ -97,7 +97,8 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
                  f"K*_q: the smallest {search.knob.key} at which a seed passes ({search.success.metric} "
                  f"{search.success.direction} {search.success.threshold:g}) with probability >= "
                  f"{search.success.rate:g}; [interval] at confidence {search.success.confidence:g}, its ends widths "
-                 "seeds were trained at ('beyond': no value tried rules out 'none')" if search.answers_with_interval
+                 "seeds were trained at ('beyond': no value tried rules out 'none')"
+                 if not samplers.kind(search).judged_by_candidate
                  else f"K*: the {search.sampler} sampler's m-of-n answer (the same seeds at every value: no interval)"]
         extend_line = tables.extend_note(table)
         if extend_line:

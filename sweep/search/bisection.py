@@ -1,26 +1,13 @@
-"""Samplers of one knob for the minimal-diversity search, and the evidence they read from a study.
-
-- ThresholdSampler (the default, `search.sampler: threshold`): the next value is where `search.batch` more seeds are
-  expected to leave the least uncertainty about K*_q (allocation.py, on estimate.py's model); a slice is done when its
-  interval is as narrow as `search.resolution` or its `search.budget.trainings` are spent.
-- BisectionSampler (`search.sampler: bisection`, the protocol before intervals): success is taken as monotone in
-  diversity and each value gets a verdict (m of n seeds must succeed, pooled as a rate); it bisects the ordered knob
-  values, and re-checks the boundary with fresh seeds before it stops. With m = n that is the all-pass rule.
-- ExhaustiveSampler (`search.sampler: exhaustive`, `grid` before): every value once, the reference.
-Each one's next value is a pure function of the study's completed trials (and, with search.guide, of the verdicts
-other slices' earlier rounds imply), so a resumed study asks exactly what an uninterrupted one would have asked.
-"""
+"""The evidence a slice's study holds (its seeds' results pooled per knob value), and the bisection over it that
+the bisection sampler (samplers.py) asks: success taken as monotone in diversity, each value a verdict (m of n seeds
+must succeed, pooled as a rate), the boundary re-checked with fresh seeds before it stops. A pure function of the
+study's completed trials (and of the guide's predictions), so a resumed study asks what an uninterrupted one would."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-import optuna
-from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
-
-from sweep.search import allocation, estimate
 
 
 @dataclass
@@ -123,99 +110,3 @@ def minimal_value(values: list[int], pooled: dict[int, Evidence], min_rate: floa
     """diversity*: the smallest evaluated value that succeeds with every evaluated larger value succeeding."""
     span = boundary(values, {v: e.succeeds(min_rate) for v, e in pooled.items()})
     return values[span[1]] if span else None
-
-
-class NothingLeft(RuntimeError):
-    """The sampler has no value left to ask: another driver's result settled the study between this driver's
-    wants_more and its ask. Carries the number of the trial study.ask had already created, for the caller to fail."""
-
-    def __init__(self, sampler: str, number: int):
-        super().__init__(f"{sampler}: nothing left to evaluate (trial {number})")
-        self.number = number
-
-
-class _OneKnobSampler(BaseSampler):
-    """A sampler that decides one integer knob from the study's completed trials alone (no other parameters)."""
-
-    def __init__(self, key: str, values: list[int], min_rate: float):
-        self.key, self.values, self.min_rate = key, values, min_rate
-
-    def next(self, study: optuna.Study) -> int | None:
-        raise NotImplementedError
-
-    def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
-        return {}
-
-    def sample_relative(self, study, trial, search_space) -> dict:
-        return {}
-
-    def sample_independent(self, study, trial, param_name: str, param_distribution: BaseDistribution):
-        if param_name != self.key:
-            raise RuntimeError(f"{type(self).__name__} decides {self.key} alone, not {param_name}")
-        value = self.next(study)
-        if value is None:
-            raise NothingLeft(type(self).__name__, trial.number)
-        return value
-
-
-class ExhaustiveSampler(_OneKnobSampler):
-    """The reference: every value once, smallest first. (Optuna's GridSampler calls study.stop() when exhausted,
-    which only works inside study.optimize, not in an ask/tell loop.)"""
-
-    def next(self, study: optuna.Study) -> int | None:
-        trials = study.get_trials(deepcopy=False)
-        taken = set(evidence(trials, self.key)) | {t.params[self.key] for t in trials if t.state == TrialState.RUNNING
-                                                   and self.key in t.params}  # asked earlier in this round
-        return next((v for v in self.values if v not in taken), None)
-
-
-class BisectionSampler(_OneKnobSampler):
-    """Bisection over one ordered integer knob (see module docstring). `predicted` is set by the search loop before
-    each round when a guide transfers other slices' verdicts (search.guide)."""
-
-    predicted: dict[int, bool] | None = None
-
-    def next(self, study: optuna.Study) -> int | None:
-        pooled = evidence(study.get_trials(deepcopy=False), self.key)
-        return next_value(self.values, pooled, self.min_rate, predicted=self.predicted)
-
-
-class ThresholdSampler(_OneKnobSampler):
-    """K*_q with an interval (see module docstring): `rate` q, `confidence`, `batch` seeds per evaluation,
-    `resolution` in knob steps, `budget` seed trainings. `predicted` as BisectionSampler's (search.guide): it steers
-    where to probe, never the answer. The search loop sets `budget` (raised by --extend)."""
-
-    predicted: dict | None = None
-
-    def __init__(self, key: str, values: list, rate: float, confidence: float, batch: int, resolution: float,
-                 budget: int):
-        super().__init__(key, values, rate)
-        self.confidence, self.batch, self.resolution, self.budget = confidence, batch, resolution, budget
-
-    def fit(self, trials: list[FrozenTrial]) -> estimate.Estimate:
-        return self.fit_counts(*counts(self.values, evidence(trials, self.key)))
-
-    def fit_counts(self, passed, trained) -> estimate.Estimate:
-        return estimate.fit(passed, trained, self.min_rate, self.confidence)
-
-    def seeds_left(self, trials: list[FrozenTrial]) -> int:
-        return max(0, self.budget - seeds_asked(trials))
-
-    def next(self, study: optuna.Study) -> int | None:
-        trials = study.get_trials(deepcopy=False)
-        passed, trained = counts(self.values, evidence(trials, self.key))
-        evaluations = sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)
-                          and "seed_list" in t.user_attrs)
-        guide = {v: verdict for v, verdict in (self.predicted or {}).items() if v in self.values}
-        pseudo = (np.array([float(guide.get(v) is True) for v in self.values]),
-                  np.array([float(v in guide) for v in self.values])) if guide else None
-        index = self.decide(passed, trained, evaluations, self.seeds_left(trials), pseudo)
-        return None if index is None else self.values[index]
-
-    def decide(self, passed, trained, evaluations: int, left: int, pseudo=None) -> int | None:
-        """The index of the value the next `batch` seeds go to, or None: the budget is spent or the interval settled.
-        What next() asks of the study's counts, and what bench/calibration.py drives directly."""
-        if left <= 0 or self.fit_counts(passed, trained).settled(self.resolution):
-            return None
-        return allocation.choose(allocation.Slice(passed, trained, evaluations, left), min(self.batch, left),
-                                 self.min_rate, self.confidence, pseudo)

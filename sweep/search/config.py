@@ -2,6 +2,7 @@
 validated before anything runs."""
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -9,17 +10,16 @@ from typing import Any
 
 import optuna
 
-from sweep.search import guide
+from sweep.search import guide, samplers
 from sweep.search.estimate import seeds_to_decide
 from sweep.search.guide import GuideConfig
 from sweep.space import AxisConfig, RunConfig, did_you_mean, parse_constraint
 from sweep.verdicts import StopConfig
 from trainables import config, dry_run
-from trainables.io import flat
+from trainables.io import VERDICT_KNOWN, flat
 from trainables.errors import require
 from trainables.tasks import margin, task_of, threshold_problem
 
-SAMPLERS = ("threshold", "bisection", "tpe", "exhaustive")
 RENAMED_SAMPLERS = {"grid": "exhaustive"}  # old name -> new: `grid` is the verb (issue [house] item 4); still read
 # search.stop.streak's default, in evaluations: replayed on the transformer search trained to the end
 # (docs/PERFORMANCE.md, "Verdict-aware stopping"), seeds passed ood/acc >= 0.99 at up to 10 evaluations in a row and
@@ -80,6 +80,15 @@ class SuccessConfig:
         """How far a seed's value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing)."""
         return margin(value, self.threshold, self.direction == ">=")
 
+    def seed_margins(self, results: list[dict]) -> list[float]:
+        """How far each seed's result is past the threshold (>= 0: it passed)."""
+        # A diverged seed does not generalize, whatever its last finite evaluation said.
+        margins = [-math.inf if r.get("status") == "diverged" else self.margin(r.get(self.metric)) for r in results]
+        # A seed stopped once the others decided the candidate's verdict has no verdict of its own: it counts as not
+        # passing (ranked by its last evaluation for TPE's graded shortfall), so the candidate's verdict is the one
+        # its seeds decided, and its success rate a lower bound of the one training every seed would give.
+        return [min(m, -1e-9) if r.get("status") == VERDICT_KNOWN else m for m, r in zip(margins, results)]
+
 
 @dataclass
 class BudgetConfig:
@@ -117,13 +126,6 @@ class SearchConfig(RunConfig):
     def swept_keys(self) -> list[str]:
         """The keys the search sets per slice and candidate: the names a constraint may use."""
         return [a.key for a in self.slices] + [self.knob.key] + [n for p in self.params for n in p.names()]
-
-    @property
-    def answers_with_interval(self) -> bool:
-        """Whether the slices' answer is K*_q with an interval: only the threshold sampler draws fresh seeds at every
-        value, which the interval's tests treat as independent; the others reuse search.success.seeds at every value
-        and answer by m of n (sweep/search/tables.py)."""
-        return self.sampler == "threshold"
 
 
 def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
@@ -205,30 +207,31 @@ def searched_keys(search: SearchConfig) -> dict[str, str]:
 
 def _require_valid(base: config.Config, search: SearchConfig) -> None:
     success, knob = search.success, search.knob
-    tpe, threshold = search.sampler == "tpe", search.sampler == "threshold"
+    require(("search.sampler", search.sampler in samplers.KINDS, f"must be one of {', '.join(samplers.KINDS)}"))
+    sampler = samplers.kind(search)
     default = SuccessConfig()
     is_key = lambda key: config.select(base, key) is not config.MISSING
     slice_keys = [axis.key for axis in search.slices]
     threshold_issue = threshold_problem(success.metric, success.threshold, success.direction != "<=")
     checks = [
-        ("search.sampler", search.sampler in SAMPLERS, f"must be one of {', '.join(SAMPLERS)}"),
-        ("search.knob.key", bool(knob.key) or (tpe and bool(search.params)),
+        ("search.knob.key", bool(knob.key) or (sampler.searches_params and bool(search.params)),
          "is required (only a tpe search with params can do without a knob)"),
         ("search.knob.key", not knob.key or is_key(knob.key), "is not a key of the training config"),
         ("search.knob.high", bool(knob.values) or knob.high >= knob.low, "must be >= search.knob.low"),
         ("search.knob.values", all(isinstance(v, (int, float)) for v in knob.values)
          and len(set(knob.values)) == len(knob.values), "must be numbers, each once"),
-        ("search.params", tpe or not search.params, "need search.sampler=tpe (the other samplers search one knob)"),
-        ("search.minimize", tpe or not search.minimize, "needs search.sampler=tpe (the other samplers minimise the knob)"),
-        ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or search.sampler not in
-                                                        ("threshold", "bisection")),
+        ("search.params", sampler.searches_params or not search.params,
+         "need search.sampler=tpe (the other samplers search one knob)"),
+        ("search.minimize", sampler.searches_params or not search.minimize,
+         "needs search.sampler=tpe (the other samplers minimise the knob)"),
+        ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or not sampler.one_at_a_time),
          "must be >= 1, and 1 for the threshold and bisection samplers (each asks where its last results point)"),
         ("search.success.rate", 0 < success.rate < 1, f"must be in (0, 1), got {success.rate}"),
         ("search.success.confidence", 0 < success.confidence < 1, f"must be in (0, 1), got {success.confidence}"),
         ("search.batch", search.batch >= 1, f"must be >= 1, got {search.batch}"),
         ("search.resolution", search.resolution > 0, f"must be > 0 (knob steps), got {search.resolution}"),
         ("search.budget.trainings", search.budget.trainings >= 1, f"must be >= 1, got {search.budget.trainings}"),
-        ("search.success.seeds", not threshold or (success.seeds, success.min_seeds) == (default.seeds,
+        ("search.success.seeds", sampler.judged_by_candidate or (success.seeds, success.min_seeds) == (default.seeds,
                                                                                         default.min_seeds),
          "are for the bisection, exhaustive and tpe samplers; the threshold sampler draws seeds seed, seed + 1, ... "
          "(search.batch per evaluation): drop seeds and min_seeds, or set search.sampler=bisection"),
@@ -254,7 +257,7 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ]
     checks += [(f"search.reference.{key}", is_key(key), "is not a key of the training config") for key in search.reference]
     require(*checks)
-    if threshold:  # rate and confidence are valid here
+    if not sampler.judged_by_candidate:  # K*_q's tests; rate and confidence are valid here
         needed = seeds_to_decide(success.rate, success.confidence)
         require(("search.budget.trainings", search.budget.trainings >= needed,
                  f"{search.budget.trainings} cannot decide search.success.rate {success.rate:g} at confidence "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sweep.search import bisection
+from sweep.search import bisection, samplers
 from trainables.errors import ConfigError
 from trainables.tasks import task_of
 
@@ -54,9 +54,9 @@ def predictions(values: list[int], measures: dict[int, float], others: list[tupl
 
 
 def active(search) -> bool:
-    """Only the threshold and bisection samplers are steered; tpe and exhaustive ignore the guide (so
+    """Only steerable samplers are steered (threshold, bisection); tpe and exhaustive ignore the guide (so
     `search.sampler=exhaustive` runs a guided config's exhaustive reference as it is)."""
-    return bool(search.guide.metric) and search.sampler in ("threshold", "bisection")
+    return bool(search.guide.metric) and samplers.kind(search).steerable
 
 
 def check(guide: GuideConfig, slice_keys: list[str], base) -> None:

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from sweep import tuner
 from sweep.storage.out_dir import OutDir
-from sweep.search import bisection, guide, owners
+from sweep.search import guide, owners, samplers
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice, constraint_checks, holds
 from sweep.space import point_id, read_error, read_result
@@ -34,53 +34,13 @@ from trainables.io import VERDICT_KNOWN, read_json, write_json
 POLL_S = 2.0  # while other drivers train what is left, look at the studies again this often
 
 
-def wants_more(study: optuna.Study, search: SearchConfig, budget: int) -> bool:
-    """Whether the study asks again: within its budget (evaluations; seed trainings for the threshold sampler, which
-    also ends a slice whose interval is narrow enough) and, for the one-knob samplers, with a value left to ask."""
-    trials = [t for t in study.get_trials(deepcopy=False) if owners.LOST_TO not in t.user_attrs]
-    asked = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
-    evaluations = math.ceil(budget / search.batch) if not decides_by_candidate(search) else budget
-    if len(trials) >= 3 * evaluations:  # stops a candidate that always errors
-        return False
-    if not isinstance(study.sampler, bisection.ThresholdSampler) and asked >= budget:
-        return False  # (the threshold sampler counts its budget itself: rounds() gives it)
-    if isinstance(study.sampler, bisection.ThresholdSampler | bisection.BisectionSampler | bisection.ExhaustiveSampler):
-        return study.sampler.next(study) is not None
-    return True
-
-
-def decides_by_candidate(search: SearchConfig) -> bool:
-    """Whether a candidate's seeds are one m-of-n verdict (bisection, exhaustive, tpe) rather than each a seed of the
-    success curve (threshold)."""
-    return search.sampler != "threshold"
-
-
-def seeds_for(study: optuna.Study, search: SearchConfig, trial: optuna.Trial, first: int) -> list[int]:
-    """The seeds of a new evaluation, counted from `first` (the config's seed). For the threshold sampler the slice's
-    next search.batch seeds (fewer if the budget is nearly spent): no seed number is trained at two knob values of a
-    slice, so the values' outcomes are independent draws, as the estimate assumes (a seed that stalls at one width
-    would otherwise tend to stall at the next, its data drawn from the same stream). For the others, block k of the
-    seed list, shifted past every earlier block of the candidate. Earlier evaluations (completed, or running: asked
-    earlier this round) by trial number, so a trial asked at the same moment by another driver never shifts this
-    one's seeds."""
-    trials = study.get_trials(deepcopy=False)
-    earlier = [t for t in trials if t.number < trial.number and t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
-    if not decides_by_candidate(search):
-        taken = sum(len(t.user_attrs.get("seed_list", ())) for t in earlier)
-        count = min(search.batch, study.sampler.seeds_left([t for t in trials if t.number != trial.number]))
-        return [first + taken + i for i in range(count)]
-    stride = max(search.success.seeds) + 1
-    repeats = sum(t.params == trial.params for t in earlier)
-    return [first + seed + repeats * stride for seed in search.success.seeds]
-
-
 def verdict_rule(search: SearchConfig, first: int = 0):
     """point -> the rule its member is judged and stopped by (sweep/verdicts.py, search.stop): the search's
     success, and with stop.decided (bisection, exhaustive, tpe) its candidate's seeds as one group (the point without its
     seed, and which block of seeds_for it is: a re-evaluation is a group of its own). None for every point when
     nothing could stop (no streak, no group of several seeds)."""
     success, stop = search.success, search.stop
-    decided = stop.decided and decides_by_candidate(search)
+    decided = stop.decided and samplers.kind(search).judged_by_candidate
     lowest, stride = first + min(success.seeds), max(success.seeds) + 1
 
     def group(point: dict) -> str:
@@ -108,7 +68,7 @@ def run(base: config.Config, search: SearchConfig, all_slices: list[Slice], stud
     heartbeat = owners.Heartbeat(owners.Roster(studies[all_slices[0].study_name]))
     try:
         asked = rounds(base, search, all_slices, studies, out.local, extend, progress, heartbeat)
-        grouped = search.stop.decided and decides_by_candidate(search)
+        grouped = search.stop.decided and samplers.kind(search).judged_by_candidate
         tuner.run_rounds(base, search, asked, out, summary, verdict=verdict_rule(search, base.seed),
                          group_size=len(search.success.seeds) if grouped else 1)
     except BaseException:  # stopped (Ctrl-C, SIGTERM, a requeue) or crashed: nobody will tell its trials
@@ -136,16 +96,11 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
     rounds: each round's studies are written down before they ask (ROUND_PLAN), and a resumed search first re-runs
     the interrupted round for those that were not told.
     """
-    budgets = {}
-    for sl in all_slices:
-        trials = studies[sl.study_name].get_trials(deepcopy=False)
-        if decides_by_candidate(search):
-            done, budget = sum(t.state == TrialState.COMPLETE for t in trials), search.budget.per_slice
-        else:
-            done, budget = bisection.seeds_asked(trials), search.budget.trainings
-        budgets[sl.study_name] = max(budget, done + extend if extend else 0)
-        if isinstance(studies[sl.study_name].sampler, bisection.ThresholdSampler):
-            studies[sl.study_name].sampler.budget = budgets[sl.study_name]
+    chooser = {sl.study_name: samplers.for_slice(search, sl.values, sl.params) for sl in all_slices}
+    trials = lambda name: studies[name].get_trials(deepcopy=False)
+    budgets = {name: sampler.budget(trials(name), extend) for name, sampler in chooser.items()}
+    predicted: dict[str, dict] = {}  # study -> the verdicts the guide predicts for its knob values this round
+    wants_more = lambda name: chooser[name].next(trials(name), budgets[name], predicted.get(name)) is not None
     checks, base_dict = constraint_checks(search), config.to_dict(base)
     pending_references = [p for p in reference_points(all_slices, search, base.seed) if read_result(p, out) is None]
     round_index = latest_round(studies)
@@ -160,12 +115,11 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
             asking, waiting = [sl for sl in all_slices if sl.study_name in names], set()
         else:  # past every round another driver has asked, so verdicts steer by what is in the studies now
             round_index = max(round_index, latest_round(studies)) + 1
-            asking, waiting = all_slices, waiting_for_pilots(all_slices, studies, search, budgets)
-        steer(all_slices, studies, search, round_index)
+            asking, waiting = all_slices, waiting_for_pilots(all_slices, search, wants_more)
+        predicted = steer(all_slices, studies, search, round_index, chooser[all_slices[0].study_name].min_rate)
         total_done = sum(t.state == TrialState.COMPLETE for s in studies.values() for t in s.get_trials(deepcopy=False))
         room = search.budget.total + extend * len(all_slices) - total_done if search.budget.total else math.inf
-        askers = [sl for sl in asking if sl.study_name not in waiting | taken
-                  and wants_more(studies[sl.study_name], search, budgets[sl.study_name])]
+        askers = [sl for sl in asking if sl.study_name not in waiting | taken and wants_more(sl.study_name)]
         share = my_share(askers, studies, heartbeat.roster if heartbeat else None)
         left_to_others, askers = len(share) < len(askers), share
         if guide.active(search) and not catching_up:  # one candidate per study: the studies that will ask
@@ -174,11 +128,13 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
                                           else plan})
         batch = []
         for sl in askers:
-            study = studies[sl.study_name]
+            name = sl.study_name
             for _ in range(search.per_round):
-                if len(batch) >= room or not wants_more(study, search, budgets[sl.study_name]):
+                chosen = chooser[name].next(trials(name), budgets[name], predicted.get(name))
+                if len(batch) >= room or chosen is None:
                     break
-                asked = ask(study, sl, search, checks, base_dict, round_index)
+                asked = ask(studies[name], sl, chooser[name], chosen, budgets[name], search, checks, base_dict,
+                            round_index)
                 if asked is None:  # another driver asked here at the same moment and goes ahead
                     break
                 batch += asked
@@ -196,8 +152,7 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
                 progress |= {"round": round_index, "answered": len(all_slices)}
             return
         if progress is not None:
-            progress |= {"round": round_index, "answered": sum(not wants_more(studies[sl.study_name], search,
-                                                                             budgets[sl.study_name]) for sl in all_slices)}
+            progress |= {"round": round_index, "answered": sum(not wants_more(sl.study_name) for sl in all_slices)}
         for _, trial, _ in batch if heartbeat else []:
             heartbeat.add(trial)
         yield [p for *_, pts in batch for p in pts] + references
@@ -242,22 +197,24 @@ def interrupted_round(out: Path, studies: dict) -> tuple[int, list[str]] | None:
     return (plan["round"], pending) if pending else None
 
 
-def steer(all_slices: list[Slice], studies: dict, search: SearchConfig, round_index: int) -> None:
-    """With a guide, give each threshold sampler the verdicts its group's other slices imply, from the trials of
-    earlier rounds only (so the same round, re-run after a kill, is steered the same way)."""
+def steer(all_slices: list[Slice], studies: dict, search: SearchConfig, round_index: int,
+          min_rate: float) -> dict[str, dict]:
+    """With a guide, the verdicts each slice's group's other slices imply for its knob values (study -> {value:
+    verdict}; a value whose seeds passed at min_rate predicts success at least as diverse), from the trials of
+    earlier rounds only (so the same round, re-run after a kill, is steered the same way); {} without one."""
     if not guide.active(search):
-        return
+        return {}
     knob = search.knob.key
-    min_rate = search.success.min_seeds / len(search.success.seeds) if decides_by_candidate(search) \
-        else search.success.rate  # a value whose seeds passed at rate >= q predicts success at least as diverse
     pooled = {sl.study_name: guide.evidence_before(studies[sl.study_name], knob, round_index) for sl in all_slices}
+    predicted = {}
     for sl in all_slices:
         others = [(pooled[o.study_name], o.measures) for o in all_slices
                   if o is not sl and guide.group(o.point, search.guide) == guide.group(sl.point, search.guide)]
-        studies[sl.study_name].sampler.predicted = guide.predictions(sl.values, sl.measures, others, min_rate)
+        predicted[sl.study_name] = guide.predictions(sl.values, sl.measures, others, min_rate)
+    return predicted
 
 
-def waiting_for_pilots(all_slices: list[Slice], studies: dict, search: SearchConfig, budgets: dict) -> set[str]:
+def waiting_for_pilots(all_slices: list[Slice], search: SearchConfig, wants_more) -> set[str]:
     """With a guide, the first slice of each group (the pilot) searches alone until it is done; the others then
     start from its verdicts, and each other's, rather than all bisecting blind at once."""
     if not guide.active(search):
@@ -265,24 +222,18 @@ def waiting_for_pilots(all_slices: list[Slice], studies: dict, search: SearchCon
     pilots = {}
     for sl in all_slices:
         pilots.setdefault(guide.group(sl.point, search.guide), sl)
-    busy = {key for key, pilot in pilots.items()
-            if wants_more(studies[pilot.study_name], search, budgets[pilot.study_name])}
+    busy = {key for key, pilot in pilots.items() if wants_more(pilot.study_name)}
     return {sl.study_name for sl in all_slices
             if guide.group(sl.point, search.guide) in busy and pilots[guide.group(sl.point, search.guide)] is not sl}
 
 
-def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base_dict: dict,
-        round_index: int) -> list[tuple] | None:
-    """One candidate as [(study, trial, its points, one per seed)], or [] if Optuna proposed an invalid one (told
-    PRUNED with the reason: a value a constraint excludes, or a config that cannot exist such as all-zero weights),
-    or None if another driver asked in this study at the same moment and goes ahead (told FAIL with lost_to; never
-    trained), or if another driver's result settled the study since wants_more said it wanted more (the trial the
-    sampler found nothing for is failed; it has no candidate)."""
-    try:
-        trial, in_flight = owners.ask(study, sl.distributions(search.knob.key))
-    except bisection.NothingLeft as nothing:
-        study.tell(nothing.number, state=TrialState.FAIL, skip_if_finished=True)
-        return None
+def ask(study: optuna.Study, sl: Slice, sampler: samplers.Sampler, chosen: dict, budget: int, search: SearchConfig,
+        checks: list, base_dict: dict, round_index: int) -> list[tuple] | None:
+    """One candidate (the sampler's `chosen` params, the rest Optuna's) as [(study, trial, its points, one per
+    seed)], or [] if it is invalid (told PRUNED with the reason: a value a constraint excludes, or a config that
+    cannot exist such as all-zero weights) or another driver spent the slice's budget since, or None if another
+    driver asked in this study at the same moment and goes ahead (told FAIL with lost_to; never trained)."""
+    trial, in_flight = owners.ask(study, sl.distributions(search.knob.key), chosen)
     trial.set_user_attr("round", round_index)
     winner = owners.lost_to(in_flight)
     if winner is not None:
@@ -304,7 +255,7 @@ def ask(study: optuna.Study, sl: Slice, search: SearchConfig, checks: list, base
         trial.set_user_attr("pruned_because", reason)
         study.tell(trial, state=TrialState.PRUNED)
         return []
-    seeds = seeds_for(study, search, trial, base_dict["seed"])
+    seeds = sampler.seeds(study.get_trials(deepcopy=False), trial, base_dict["seed"], budget)
     if not seeds:  # another driver spent the slice's last trainings since this one looked
         trial.set_user_attr("failed_because", "the slice's budget of seed trainings is spent")
         study.tell(trial, state=TrialState.FAIL)
@@ -325,7 +276,7 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
         study.tell(trial, state=TrialState.FAIL)
         return
     success = search.success
-    margins = seed_margins(results, success)
+    margins = success.seed_margins(results)
     trial.set_user_attr("successes", sum(m >= 0 for m in margins))
     trial.set_user_attr("seeds", len(results))
     trial.set_user_attr("judged", sum(r.get("status") != VERDICT_KNOWN for r in results))  # the curve's seeds
@@ -340,16 +291,6 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
         study.tell(trial, state=TrialState.FAIL)
         return
     study.tell(trial, sum(objective) / len(objective))
-
-
-def seed_margins(results: list[dict], success) -> list[float]:
-    """How far each seed's result is past the success threshold (>= 0: it passed)."""
-    # A diverged seed does not generalize, whatever its last finite evaluation said.
-    margins = [-math.inf if r.get("status") == "diverged" else success.margin(r.get(success.metric)) for r in results]
-    # A seed stopped once the others decided the candidate's verdict has no verdict of its own: it counts as not
-    # passing (ranked by its last evaluation for TPE's graded shortfall), so the candidate's verdict is the one its
-    # seeds decided, and its success rate a lower bound of the one training every seed would give.
-    return [min(m, -1e-9) if r.get("status") == VERDICT_KNOWN else m for m, r in zip(margins, results)]
 
 
 def _metric(result: dict, name: str) -> float:

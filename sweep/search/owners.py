@@ -33,6 +33,7 @@ import os
 import socket
 import threading
 import time
+import warnings
 from functools import cache
 
 import optuna
@@ -138,10 +139,20 @@ def taken(study: optuna.Study, me: dict | None = None) -> bool:
     return any(not mine(t, me) and alive(t) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 
-def ask(study: optuna.Study, distributions: dict, me: dict | None = None) -> tuple[optuna.Trial, list[FrozenTrial]]:
-    """study.ask(distributions) with this driver recorded on the trial, and the earlier trials still running once it
-    was asked (what the candidate was chosen without; lost_to)."""
-    trial = study.ask(distributions)
+def ask(study: optuna.Study, distributions: dict, chosen: dict | None = None,
+        me: dict | None = None) -> tuple[optuna.Trial, list[FrozenTrial]]:
+    """study.ask(distributions), the `chosen` params fixed (a one-knob sampler chose its value before asking; Optuna's
+    PartialFixedSampler, its documented way to fix some params), with this driver recorded on the trial, and the
+    earlier trials still running once it was asked (what the candidate was chosen without; lost_to)."""
+    sampler = study.sampler
+    if chosen:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.sampler = optuna.samplers.PartialFixedSampler(chosen, sampler)
+    try:
+        trial = study.ask(distributions)
+    finally:
+        study.sampler = sampler
     trial.set_user_attr(HEARTBEAT, time.time())  # first: a driver without a heartbeat would look long gone
     trial.set_user_attr(DRIVER, me or driver())
     in_flight = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number < trial.number]

@@ -10,7 +10,6 @@ import itertools
 import json
 import re
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -18,14 +17,13 @@ from urllib.parse import quote, unquote
 import optuna
 import sqlalchemy
 
-from sweep.search import bisection, guide, owners
+from sweep.search import guide, owners, samplers
 from sweep.search.config import ParamConfig, SearchConfig
 from sweep.space import axis_values, parse_constraint, point_id
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.tasks import task_of
 
-TPE_STARTUP = 10  # random candidates before TPE models a multi-dimensional space
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study created is noise beside the progress view
 
 @dataclass
@@ -300,7 +298,7 @@ def open_study(sl: Slice, search: SearchConfig, storage, experiment: str = "", k
     so any of its trials still running were left by an interrupted earlier run in the same process. Other live
     drivers' trials are left alone."""
     check_owner(storage, sl, search.knob.key, experiment, key)
-    sampler = make_sampler(sl, search)
+    sampler = samplers.for_slice(search, sl.values, sl.params).optuna_sampler()
     try:
         study = optuna.load_study(study_name=sl.study_name, storage=storage, sampler=sampler)
     except KeyError:  # loading first: creating an existing study would append a record to a journal
@@ -310,21 +308,3 @@ def open_study(sl: Slice, search: SearchConfig, storage, experiment: str = "", k
         study.set_user_attr(FINGERPRINT, experiment)
     owners.fail_zombies(study, mine_too=True)
     return study
-
-
-def make_sampler(sl: Slice, search: SearchConfig) -> optuna.samplers.BaseSampler:
-    knob, min_rate, success = search.knob.key, search.success.min_seeds / len(search.success.seeds), search.success
-    if search.sampler == "threshold":
-        return bisection.ThresholdSampler(knob, sl.values, success.rate, success.confidence, search.batch,
-                                          search.resolution, search.budget.trainings)
-    if search.sampler == "bisection":
-        return bisection.BisectionSampler(knob, sl.values, min_rate)
-    if search.sampler == "exhaustive":
-        return bisection.ExhaustiveSampler(knob, sl.values, min_rate)
-    # TPE with settings pinned (Optuna 5 changed its defaults): success enters as a constraint, set per trial;
-    # several dimensions (a distribution's parameters) are modelled jointly; several candidates a round need the liar.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=search.sampler_seed, multivariate=bool(sl.params),
-                                          constant_liar=search.per_round > 1,
-                                          n_startup_trials=TPE_STARTUP if sl.params else min(5, len(sl.values)))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sweep.search import bisection, estimate, loop, owners
+from sweep.search import bisection, estimate, owners, samplers
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice
 from sweep.space import point_id, read_error, read_result
@@ -90,10 +90,10 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
     axis, base_dict = task_of(base).diversity_axis, config.to_dict(base)
     rows, curve_rows = [], []
     for sl in all_slices:
-        study = studies[sl.study_name]
+        study, sampler = studies[sl.study_name], samplers.for_slice(search, sl.values, sl.params)
         trials = study.get_trials(deepcopy=False)
         pooled = bisection.evidence(trials, knob)
-        if out is not None and search.answers_with_interval:  # (an m-of-n verdict needs the candidate's every seed)
+        if out is not None and not sampler.judged_by_candidate:  # (an m-of-n verdict needs every seed of the candidate)
             add_stopped_seeds(pooled, study, sl, search, out)
         passed, trained = bisection.counts(sl.values, pooled)
         fit = estimate.fit(passed, trained, success.rate, success.confidence)
@@ -108,7 +108,7 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
             ends = [np.nan, ends[0]]
         tried = np.flatnonzero(trained)
         widest = curve[tried[-1]] if len(tried) else None
-        done = finished(study, search, fit)
+        done = sampler.finished(trials, fit)
         row = sl.point | {
             "diversity_star": value(fit.star), "diversity_star_low": value(fit.low),
             "diversity_star_high": value(fit.high), axis: measure(fit.star), f"{axis}_low": ends[0],
@@ -121,11 +121,10 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
         if not trained.any():  # no evidence: no answer, not the estimate's "every value and none"
             answer = {"diversity_star", "diversity_star_low", "diversity_star_high", "widest_tried"}
             row |= {k: None for k in answer} | {axis: np.nan, f"{axis}_low": np.nan, f"{axis}_high": np.nan}
-        if not search.answers_with_interval:  # shared seeds: the m-of-n answer alone (docstring)
+        if sampler.judged_by_candidate:  # shared seeds: the m-of-n answer alone (docstring)
             interval = {"diversity_star_low", "diversity_star_high", f"{axis}_low", f"{axis}_high", "to_settle"}
             row = {k: v for k, v in row.items() if k not in interval}
-            row |= {"diversity_star": bisection.minimal_value(sl.values, pooled,
-                                                              success.min_seeds / len(success.seeds)),
+            row |= {"diversity_star": bisection.minimal_value(sl.values, pooled, sampler.min_rate),
                     axis: np.nan, "stopped": "finished" if done else "open"}
         rows.append(row | {"study": sl.study_name})
         curve_rows += [{"study": sl.study_name, **sl.point, knob: v, axis: m, "trained": c.trained,
@@ -136,7 +135,7 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
 
 def add_stopped_seeds(pooled: dict, study, sl: Slice, search: SearchConfig, out: Path) -> None:
     """Add to `pooled` (bisection.evidence's) the seeds that finished in evaluations whose driver stopped before it
-    told them (failed as zombies: owners.py), read from their result.json, judged as loop.tell judges them; a seed
+    told them (failed as zombies: owners.py), read from their result.json, judged as loop.tell judges them (SuccessConfig.seed_margins); a seed
     another evaluation asked again is that one's, and one stopped twice counts once."""
     stopped, trials = owners.zombies(study), study.get_trials(deepcopy=False)
     counted = {(t.params.get(search.knob.key), seed) for t in trials if t.number not in stopped
@@ -150,7 +149,7 @@ def add_stopped_seeds(pooled: dict, study, sl: Slice, search: SearchConfig, out:
         counted |= {(value, seed) for seed in seeds}
         results = [r for seed in seeds if (r := read_result(point | {"seed": seed}, out)) is not None]
         if results:
-            margins = loop.seed_margins(results, search.success)
+            margins = search.success.seed_margins(results)
             evidence = pooled.setdefault(value, bisection.Evidence())
             evidence.successes += sum(m >= 0 for m in margins)
             evidence.seeds += len(results)
@@ -186,17 +185,6 @@ def stop_reason(fit: estimate.Estimate, passed, trained, search: SearchConfig, d
     inside = (tried > fit.excluded) & (tried < fit.high)
     near = inside.any() and bool((abs(rate[inside] - search.success.rate) <= PLATEAU).all())
     return "plateau near q" if near else "budget"
-
-
-def finished(study, search: SearchConfig, fit: estimate.Estimate) -> bool:
-    """The slice needs nothing more: no evaluation in flight and its sampler asks no more within the config's budget
-    (--extend raises the budget of the run that gives it, not this verdict)."""
-    trials = study.get_trials(deepcopy=False)
-    if any(t.state.name == "RUNNING" for t in trials):
-        return False
-    if search.sampler == "threshold":
-        return fit.settled(search.resolution) or not study.sampler.seeds_left(trials)
-    return not loop.wants_more(study, search, search.budget.per_slice)
 
 
 def _measure(base_dict: dict, point: dict, axis: str) -> float:

@@ -1,13 +1,13 @@
 """The threshold search's estimate (sweep/search/estimate.py: K*_q's interval from one-sided binomial tests, closed
-testing and monotone pooling) and its allocation (allocation.py), alone and through the ThresholdSampler
-(bisection.py). Every number asserted below is worked out by hand from the docstrings at q = 1/2, 95%: each side's
+testing and monotone pooling) and its allocation (allocation.py), alone and through the threshold sampler
+(samplers.py). Every number asserted below is worked out by hand from the docstrings at q = 1/2, 95%: each side's
 test level is 0.7 x 0.025 = 0.0175, so a test needs a pool of 6 seeds (0.5^6 = 0.0156)."""
 import numpy as np
 import optuna
 import pytest
 
 from bench import calibration
-from sweep.search import allocation, bisection, estimate
+from sweep.search import allocation, estimate, samplers
 from sweep.search.config import load_search
 from tests.conftest import CONFIGS
 from trainables.errors import ConfigError
@@ -239,16 +239,16 @@ def test_a_long_knob_weighs_few_candidates_including_every_tried_value():
 
 
 def threshold_study(trials, budget=100):
-    """A ThresholdSampler over knob values 2..6 (q = 1/2, 95%, batch 3, resolution 1) on an in-memory study holding
-    `trials`: (value, successes, seeds) each."""
-    sampler = bisection.ThresholdSampler("knob", [2, 3, 4, 5, 6], 0.5, 0.95, 3, 1.0, budget)
-    study = optuna.create_study(sampler=sampler)
+    """A threshold sampler over knob values 2..6 (q = 1/2, 95%, batch 3, resolution 1) and the trials of an in-memory
+    study holding `trials`: (value, successes, seeds) each."""
+    sampler = samplers.Threshold("knob", [2, 3, 4, 5, 6], 0.5, budget, confidence=0.95, batch=3, resolution=1.0)
+    study = optuna.create_study()
     for value, successes, seeds in trials:
         study.add_trial(optuna.trial.create_trial(
             params={"knob": value}, distributions={"knob": optuna.distributions.IntDistribution(2, 6)},
             value=float(value), user_attrs={"successes": successes, "seeds": seeds, "judged": seeds,
                                             "seed_list": list(range(seeds))}))
-    return sampler, study
+    return sampler, study.get_trials()
 
 
 FAILED = [(2, 0, 1), (4, 0, 3), (5, 0, 30), (6, 0, 3)]  # every seed failed, 3 of them at the widest value
@@ -260,18 +260,17 @@ def test_a_guide_that_predicts_success_where_seeds_fail_does_not_stall_the_searc
     made the next-widest look best: 33 seeds there in one run); 3 more failing seeds at 6 settle on none."""
     guide = {2: False, 3: False, 4: False, 5: False, 6: True}
     for extra in ([], [(3, 0, 3)], [(3, 0, 3), (3, 0, 3)]):  # turns 1, 2, 0
-        sampler, study = threshold_study(FAILED + extra)
-        sampler.predicted = guide
-        assert sampler.next(study) == 6
-    sampler, study = threshold_study(FAILED + [(6, 0, 3)])
-    sampler.predicted = guide
-    assert sampler.fit(study.get_trials()).low == 5 and sampler.next(study) is None
+        sampler, trials = threshold_study(FAILED + extra)
+        assert sampler.next(trials, sampler.per_slice, guide) == {"knob": 6}
+    sampler, trials = threshold_study(FAILED + [(6, 0, 3)])
+    assert sampler.fit(trials).low == 5 and sampler.next(trials, sampler.per_slice, guide) is None
 
 
 def test_the_sampler_stops_when_the_budget_is_spent():
     """37 seeds asked of a budget of 37: nothing left to ask, although the interval is open."""
-    sampler, study = threshold_study(FAILED, budget=37)
-    assert not sampler.fit(study.get_trials()).settled(1) and sampler.next(study) is None
+    sampler, trials = threshold_study(FAILED, budget=37)
+    assert not sampler.fit(trials).settled(1) and sampler.next(trials, 37) is None
+    assert sampler.next(trials, 40) is not None  # --extend 3
 
 
 @pytest.mark.parametrize("override, key", [

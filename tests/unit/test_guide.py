@@ -6,7 +6,7 @@ import pytest
 
 from sweep.storage.out_dir import OutDir
 
-from sweep.search import bisection, guide, loop
+from sweep.search import bisection, guide, loop, samplers
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
 from tests.conftest import CONFIGS
@@ -35,7 +35,7 @@ def answers_and_counts(search, all_slices, studies):
         trials = studies[sl.study_name].get_trials()
         pooled = bisection.evidence(trials, search.knob.key)
         if search.sampler == "threshold":
-            fit = studies[sl.study_name].sampler.fit(trials)
+            fit = samplers.for_slice(search, sl.values).fit(trials)
             result[sl.point["task.lengths.low"]] = (sl.values[fit.star], len(pooled), bisection.seeds_asked(trials))
         else:
             result[sl.point["task.lengths.low"]] = (bisection.minimal_value(sl.values, pooled, 1.0), len(pooled),

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from sweep.storage.out_dir import OutDir
 
-from sweep.search import loop, owners
+from sweep.search import loop, owners, samplers
 from sweep.search import studies as search_studies
 from sweep.search.config import load_search
 from tests.conftest import CONFIGS
@@ -59,8 +59,9 @@ def open_one(storage, *overrides):
 
 
 def ask_as(study, sl, who):
-    trial, in_flight = owners.ask(study, sl.distributions(KEY), who)
-    return trial, in_flight
+    """Ask in `who`'s name the value the bisection sampler chooses from the study's completed trials."""
+    chosen = {KEY: samplers.Bisection(KEY, sl.values, 1.0, 20).choose(study.get_trials(), 20, {})}
+    return owners.ask(study, sl.distributions(KEY), chosen, who)
 
 
 def states(study) -> list[TrialState]:
@@ -79,10 +80,10 @@ def left_long_ago(study, sl) -> int:
 
 def test_a_trial_records_its_driver(storage):
     _, _, sl, study = open_one(storage)
-    trial, in_flight = owners.ask(study, sl.distributions(KEY))
+    trial, in_flight = owners.ask(study, sl.distributions(KEY), {KEY: sl.values[2]})
     [frozen] = study.get_trials()
     assert frozen.user_attrs[owners.DRIVER] == owners.driver() and in_flight == []
-    assert frozen.state == TrialState.RUNNING and frozen.params == trial.params and KEY in frozen.params
+    assert frozen.state == TrialState.RUNNING and frozen.params == trial.params == {KEY: sl.values[2]}
 
 
 def test_only_trials_of_gone_drivers_are_failed_as_zombies(storage, peer, dead):
@@ -140,7 +141,9 @@ def test_the_loop_fails_the_trial_that_gives_way_and_trains_nothing(storage, pee
     base, search, sl, study = open_one(storage)
     ask_as(study, sl, peer)  # the peer asked a moment before us
     checks, base_dict = search_studies.constraint_checks(search), search_studies.config.to_dict(base)
-    assert loop.ask(study, sl, search, checks, base_dict, round_index=1) is None
+    sampler = samplers.for_slice(search, sl.values)
+    chosen = sampler.next(study.get_trials(), sampler.per_slice)
+    assert loop.ask(study, sl, sampler, chosen, sampler.per_slice, search, checks, base_dict, round_index=1) is None
     [_, ours] = study.get_trials()
     assert ours.state == TrialState.FAIL and ours.user_attrs[owners.LOST_TO] == 0 and "seed_list" not in ours.user_attrs
     assert owners.taken(study)  # and the study is left to the peer this round
@@ -160,7 +163,8 @@ def test_seeds_count_only_earlier_evaluations(storage, peer):
     first, _ = ask_as(study, sl, owners.driver())
     second, _ = ask_as(study, sl, peer)
     assert second.params == first.params
-    assert loop.seeds_for(study, search, first, 0) == [0, 1] and loop.seeds_for(study, search, second, 0) == [2, 3]
+    sampler, trials = samplers.for_slice(search, sl.values), study.get_trials()
+    assert sampler.seeds(trials, first, 0, 20) == [0, 1] and sampler.seeds(trials, second, 0, 20) == [2, 3]
 
 
 def test_the_rounds_wait_for_a_live_peer_and_go_on_with_its_result(storage, peer, tmp_path, monkeypatch):

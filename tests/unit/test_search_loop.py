@@ -10,7 +10,7 @@ import pytest
 
 from dashboards import figures
 from sweep import space, tuner
-from sweep.search import bisection, estimate, loop, owners, tables
+from sweep.search import bisection, estimate, loop, owners, samplers, tables
 from sweep.search import studies as search_studies
 from sweep.search.config import STREAK, SuccessConfig, load_search
 from sweep.storage.out_dir import OutDir
@@ -34,7 +34,8 @@ def completed(study) -> list[optuna.trial.FrozenTrial]:
 
 def estimated(search, sl, study):
     """The slice's K*_q estimate from its study (estimate.py), as min_diversity.csv states it."""
-    return study.sampler.fit(study.get_trials()) if search.sampler == "threshold" else None
+    sampler = samplers.for_slice(search, sl.values)
+    return sampler.fit(study.get_trials()) if isinstance(sampler, samplers.Threshold) else None
 
 
 def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake_width_tune):
@@ -136,21 +137,16 @@ def test_a_stopped_driver_fails_its_trials_in_training_so_no_driver_waits_for_th
 
 
 @pytest.mark.parametrize("sampler", ["threshold", "bisection"])
-def test_a_study_settled_by_another_driver_between_wants_more_and_ask_is_left_alone(tmp_path, fake_width_tune,
-                                                                                   sampler):
-    """Two drivers: one saw the study wanting more, then the other's result settled it before the first asked
-    (seen under load with PostgreSQL). The first driver's ask gives way, as to a simultaneous ask, instead of
-    crashing on the sampler's "nothing left"; the trial study.ask had created is failed, not left RUNNING."""
+def test_a_settled_study_asks_nothing_and_leaves_no_trial(tmp_path, fake_width_tune, sampler):
+    """A settled study's sampler says so before Optuna is asked (nothing is raised through study.ask): a round over
+    settled studies creates no trial, so none is left RUNNING or failed for nothing."""
     base, search, all_slices, studies, _ = setup(tmp_path, f"search.sampler={sampler}")
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)  # every study settled
     sl = all_slices[0]
-    study = studies[sl.study_name]
-    before = len(study.get_trials())
-    assert study.sampler.next(study) is None
-    assert loop.ask(study, sl, search, [], config.to_dict(base), round_index=99) is None
-    trials = study.get_trials()
-    assert len(trials) == before + 1 and trials[-1].state == optuna.trial.TrialState.FAIL and not trials[-1].params
-    assert not any(t.state == optuna.trial.TrialState.RUNNING for t in trials)
+    chooser, trials = samplers.for_slice(search, sl.values), studies[sl.study_name].get_trials()
+    assert chooser.next(trials, chooser.budget(trials, 0)) is None
+    assert next(loop.rounds(base, search, all_slices, studies, tmp_path, extend=0), None) is None
+    assert len(studies[sl.study_name].get_trials()) == len(trials)
 
 
 def test_a_reevaluated_value_gets_fresh_seeds(tmp_path, fake_width_tune):

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sweep.space import trial_dir
+from sweep.space import member_dir
 from sweep.verdicts import Rule
 
 
@@ -37,7 +37,7 @@ def replay(out: Path, streaks: list[int]) -> pd.DataFrame:
     seeds = []
     for _, row in trials.iterrows():
         point = {k: row[k].item() if hasattr(row[k], "item") else row[k] for k in point_keys}
-        directory = trial_dir(out, point)
+        directory = member_dir(out, point)
         history = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
         result = json.loads((directory / "result.json").read_text())
         final = result.get("status") != "diverged" and rule.passes(result)

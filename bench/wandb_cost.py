@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from trainables import config
-from trainables.logger import WandbSink, trial_logger
+from trainables.logger import WandbSink, member_logger
 from trainables.train import save, train
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "paper_theory.yaml"
@@ -23,7 +23,7 @@ VARIANTS = ("W&B off", "offline run, no media", "offline run with media")
 
 
 def trials(variant: str, n: int, tmp: Path) -> list[float]:
-    """Seconds per trial of one variant, trial_logger to save() included."""
+    """Seconds per trial of one variant, member_logger to save() included."""
     log_media = WandbSink.log_media
     if variant == "offline run, no media":
         WandbSink.log_media = lambda self, arrays, step: None
@@ -34,7 +34,7 @@ def trials(variant: str, n: int, tmp: Path) -> list[float]:
             out = tmp / f"{VARIANTS.index(variant)}-{seed}"
             out.mkdir(parents=True)
             start = time.perf_counter()
-            with trial_logger(cfg, out, job_type="grid", name=out.name) as logger:
+            with member_logger(cfg, out, job_type="grid", name=out.name) as logger:
                 result = train(cfg, logger)
                 logger.summary(result.metrics)
             save(result, out)

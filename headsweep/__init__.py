@@ -2,7 +2,7 @@
 
     cfg = hs.config("configs/debug_grid.yaml", "sweep.seeds=[0]")   # a YAML path or a dict, plus overrides
     grid = hs.grid(cfg, out="runs/debug_grid")                     # .df, .failed, .history(member), .phase_diagram()
-    found = hs.search(hs.config("configs/debug_search.yaml"), out="runs/debug_search")   # .table, .trials, .curve
+    found = hs.search(hs.config("configs/debug_search.yaml"), out="runs/debug_search")   # .table, .members, .curve
     hs.load("runs/debug_grid")                                     # any output directory, as the verb returned it
 
 A thin face over the layers below (trainables: the science; sweep: Ray Tune and Optuna; dashboards: reports and

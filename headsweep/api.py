@@ -162,7 +162,7 @@ def load(out: str | os.PathLike, *, storage: str | None = None) -> TrainResult |
     where its studies are not in the default journal.
 
         >>> found = hs.load("runs/quickstart")
-        >>> found.table, found.history(found.trials.iloc[0])
+        >>> found.table, found.history(found.members.iloc[0])
     """
     from sweep.storage.out_dir import OutDir
 

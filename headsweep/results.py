@@ -8,6 +8,7 @@ returns is drawn.
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import Path
@@ -70,7 +71,7 @@ class _Members(_Result):
 
     def history(self, member: str | Mapping) -> pd.DataFrame:
         """One member's curves: its metrics.jsonl, one row per evaluation (step, then each metric). `member`: its id
-        (the `member` column of `.df` or `.trials`), or a row of those tables.
+        (the `member` column of `.df` or `.members`), or a row of those tables.
 
             >>> grid = hs.load("runs/debug_grid")
             >>> grid.history(grid.df.iloc[0])[["step", "ood/acc"]]
@@ -154,16 +155,23 @@ class GridResult(_Members):
 @dataclass(repr=False)
 class SearchResult(_Members):
     """A search: `.table` (min_diversity.csv: per slice K*_q with its interval, the seeds behind it; best.csv for a
-    distribution search), `.trials` (trials.csv: one row per training, the member's point, seed, Optuna trial, status
-    and metrics), `.curve` (success_curve.csv: the pass probability at every knob value of every slice, with its
-    interval), `.studies` (the Optuna studies, by name), `.history(member)`, `.success_curves()`, `.config`, `.out`.
+    distribution search), `.members` (trials.csv: one row per member, a seed trained at a candidate: its point, seed,
+    Optuna trial, status and metrics; `.trials` before, still read with a DeprecationWarning), `.curve`
+    (success_curve.csv: the pass probability at every knob value of every slice, with its interval), `.studies` (the
+    Optuna studies, by name), `.history(member)`, `.success_curves()`, `.config`, `.out`.
 
         >>> found = hs.search(hs.config("configs/debug_search.yaml"), out="runs/debug_search")
         >>> found.table[["task.lengths.low", "diversity_star", "diversity_star_low", "diversity_star_high"]]
     """
 
-    trials: pd.DataFrame = field(default_factory=pd.DataFrame)
+    members: pd.DataFrame = field(default_factory=pd.DataFrame)
     storage: str | None = None  # the studies' storage when not the default journal (search --storage)
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        """`.members` under its name before: its rows are members, not Optuna trials (DESIGN.md, "Words")."""
+        warnings.warn("SearchResult.trials is now SearchResult.members", DeprecationWarning, stacklevel=2)
+        return self.members
 
     @cached_property
     def table(self) -> pd.DataFrame:

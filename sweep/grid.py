@@ -17,9 +17,8 @@ from trainables import config
 from trainables.io import atomic_write, claim_out, create_out, read_json
 from trainables.tasks import task_of, view_of
 
-# `trial` holds the member's id too: the column's name before `member` existed, kept for the scripts and readers
-# that use it (the output contract promises results.csv that column)
-FIRST_COLUMNS = ["member", "trial", "status", "error", "seconds"]
+# (a results.csv written before `member` existed names it `trial`: report.results reads either)
+FIRST_COLUMNS = ["member", "status", "error", "seconds"]
 
 
 def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_arg: str,
@@ -101,7 +100,7 @@ def collect(members: list[dict], errors: dict[str, str]) -> pd.DataFrame:
             row = {"error": ""} | result
         else:
             row = {"status": "error" if member_id in errors else "unfinished", "error": errors.get(member_id, "")}
-        rows.append(point | {"member": member_id, "trial": member_id} | row)
+        rows.append(point | {"member": member_id} | row)
     frame = pd.DataFrame(rows)
     keys = list(members[0]["point"]) if members else []
     # reindex: a grid interrupted before any member finished has no `seconds` yet

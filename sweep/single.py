@@ -7,7 +7,7 @@ from pathlib import Path
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.io import claim_out, create_out, read_json
-from trainables.logger import trial_logger
+from trainables.logger import member_logger
 from trainables.train import save, train
 
 
@@ -24,7 +24,7 @@ def run(cfg: config.Config, out: str | Path) -> tuple[dict, bool]:
 
     create_out(out, resolved)
     (out / "metrics.jsonl").unlink(missing_ok=True)  # an unfinished earlier attempt restarts from step 0
-    with trial_logger(cfg, out) as logger:
+    with member_logger(cfg, out) as logger:
         result = train(cfg, logger)
         logger.summary(result.metrics)
     save(result, out)

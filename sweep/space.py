@@ -192,19 +192,19 @@ def parse_sum(text: str, keys: list[str], where: str):
         raise ConfigError(where, "an empty side")
     return lambda point: sum(term(point) for term in terms)
 
-def trial_dir(out: Path, point: dict[str, Any]) -> Path:
+def member_dir(out: Path, point: dict[str, Any]) -> Path:
     """Where the trial of `point` writes its outputs: out/trials/<point id>, absolute (Tune trials chdir)."""
     return (Path(out) / "trials" / point_id(point)).resolve()
 
 
 def read_result(point: dict[str, Any], out: Path) -> dict | None:
     """The result.json of the trial of `point` under out/trials, or None if it never finished."""
-    return read_json(trial_dir(out, point) / "result.json")
+    return read_json(member_dir(out, point) / "result.json")
 
 
 def read_error(point: dict[str, Any], out: Path) -> str:
     """Why the last attempt of the trial of `point` failed ('' if none did, or it left no word: a killed worker)."""
-    path = trial_dir(out, point) / ERROR_FILE
+    path = member_dir(out, point) / ERROR_FILE
     return path.read_text().strip() if path.is_file() else ""
 
 

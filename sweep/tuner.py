@@ -41,10 +41,10 @@ def grid_plan(base: config.Config, section, points: list[dict], out: OutDir, job
     return packing.plan(_base_dict(base, section), everyone, pack, section.resources.gpu, cluster.largest_memory())
 
 
-def run(base: config.Config, section, trials: dict[str, list[dict]], out: OutDir,
+def run(base: config.Config, section, packs: dict[str, list[dict]], out: OutDir,
         summary: Callable[[], str] = lambda: "") -> dict[str, str]:
-    """Train the planned trials (grid_plan) in one Tune run, resuming the experiment out/ray/grid if there is one.
-    Returns the error of every point whose trial failed for good, by point id.
+    """Train the planned packs (grid_plan: pack id -> its members), each a Tune trial, in one Tune run, resuming the
+    experiment out/ray/grid if there is one. Returns the error of every point whose pack failed for good, by point id.
 
     section: the grid's or the search's (resources, pack, max_concurrent, max_failures). Members whose result.json
     exists are reported, not re-run, whatever Tune's own state says. The plan travels once through the object
@@ -52,11 +52,11 @@ def run(base: config.Config, section, trials: dict[str, list[dict]], out: OutDir
     """
     base_dict, experiment = _base_dict(base, section), _experiment(out)
     restoring = tune.Tuner.can_restore(experiment, storage_filesystem=out.filesystem)
-    write_json(out.local / "ray" / PLAN_FILE, trials)
-    out.sync()  # a bucket has the plan before any trial starts: a driver resumed elsewhere finds the same trials
-    trainable = _trainable(base_dict, section, trials)
-    param_space = {"trial": tune.grid_search(list(trials))}
-    view = ProgressView(base.name, out.local, sum(map(len, trials.values())), summary,
+    write_json(out.local / "ray" / PLAN_FILE, packs)
+    out.sync()  # a bucket has the plan before any pack starts: a driver resumed elsewhere finds the same packs
+    trainable = _trainable(base_dict, section, packs)
+    param_space = {"trial": tune.grid_search(list(packs))}  # (the Tune trial's key: a pack's id)
+    view = ProgressView(base.name, out.local, sum(map(len, packs.values())), summary,
                         refresh=lambda: out.pull_members(PULL_EVERY_S))
     if restoring:
         # Finished trials are kept; unfinished and errored ones continue from their last checkpoint. The param
@@ -67,7 +67,7 @@ def run(base: config.Config, section, trials: dict[str, list[dict]], out: OutDir
         tuner = tune.Tuner(trainable, param_space=param_space, tune_config=_tune_config(section),
                            run_config=_run_config(section, out, EXPERIMENT, view))
     failed = _errors(tuner.fit())
-    return {point_id(m["point"]): failed[trial] for trial, chunk in trials.items() if trial in failed for m in chunk}
+    return {point_id(m["point"]): failed[pack] for pack, chunk in packs.items() if pack in failed for m in chunk}
 
 
 def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: OutDir,
@@ -147,11 +147,11 @@ def _base_dict(base: config.Config, section) -> dict:
     return base_dict
 
 
-def _trainable(base_dict: dict, section, trials: dict[str, list[dict]]):
+def _trainable(base_dict: dict, section, packs: dict[str, list[dict]]):
     """run_trial with its plan, the storage its members are opened in (trainables never import the sweep's), the
     sweep's verdict rule, and the tasks and models registered from Python (headsweep.register), shipped by value
     (shipping.py)."""
-    trainable = tune.with_parameters(run_trial, base=base_dict, plan=trials, open_members=copies.open_members,
+    trainable = tune.with_parameters(run_trial, base=base_dict, plan=packs, open_members=copies.open_members,
                                      stopper_of=verdicts.stopper_of, plugins=shipping.shipped())
     return tune.with_resources(trainable, {"cpu": section.resources.cpu, "gpu": section.resources.gpu})
 

@@ -2,7 +2,7 @@
 
 JsonlSink is the source of truth (always on, one flushed line per evaluation, so a crash loses at most the record in
 flight); W&B mirrors it. `logging.wandb=false` imports nothing from wandb: WandbSink imports
-it when it is built, and only trial_logger builds it (one logger per member, or per `headsweep train` run).
+it when it is built, and only member_logger builds it (one logger per member, or per `headsweep train` run).
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ class Logger:
         self.close()
 
 
-def trial_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", group: str | None = None,
+def member_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", group: str | None = None,
                  name: str | None = None, tags: tuple[str, ...] = ()) -> Logger:
     """The logger of one member (or a `headsweep train` run): metrics.jsonl in out_dir (the source of truth), any
     extra sinks, then a W&B run when `logging.wandb` is on and the mode is not disabled.
@@ -152,7 +152,7 @@ class WandbSink:
     """Mirrors one member to one W&B run: every evaluation as history, media figures, an npz artifact, the summary.
 
     The run lives in <member dir>/wandb (WANDB_DIR, absolute). Images are the task's and the model's heatmaps
-    (trainables.readouts.trial_images: numpy, no figure drawn, a small fraction of a member's training) as uint8 RGB
+    (trainables.readouts.member_images: numpy, no figure drawn, a small fraction of a member's training) as uint8 RGB
     (W&B renders bare float arrays black); the report draws the same arrays as full figures. The diversity measures
     (`data/*`, constant in a member) are
     also put in the run's config, so runs can be grouped and filtered by diversity. At close, the arrays of the last
@@ -175,7 +175,7 @@ class WandbSink:
             reinit="create_new",  # several members may share a process (reused Ray actors, packed members)
             settings=wandb.Settings(
                 console="off",  # leave stdout/stderr alone: the progress bar and Ray's capture keep working
-                silent=True,  # trial_logger says where an offline run went, once
+                silent=True,  # member_logger says where an offline run went, once
                 x_disable_stats=True, x_disable_machine_info=True,  # no system sampling or hardware probing per member
                 # The installed packages (requirements.txt) once per process: listing them parses every package's
                 # metadata, 0.19 s a run, as long as training a one-step member; the later runs of a reused actor
@@ -195,7 +195,7 @@ class WandbSink:
         from trainables import readouts
 
         images = {key: self.wandb.Image(image, caption=f"{caption} (step {step})")
-                  for key, (image, caption) in readouts.trial_images(self.cfg, arrays).items()}
+                  for key, (image, caption) in readouts.member_images(self.cfg, arrays).items()}
         self.arrays = arrays
         # W&B drops records at a step below the last one; a diverged run's readout belongs to an earlier step.
         self.step = max(self.step, step)

@@ -50,7 +50,7 @@ def trial_figures(cfg, arrays: dict[str, np.ndarray]) -> dict:
     return view_of(task_of(cfg)).figures(arrays) | _model(cfg).figures(arrays)
 
 
-def trial_images(cfg, arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+def member_images(cfg, arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
     """Media key -> (uint8 image, caption): the same arrays as plain heatmaps, the task's then the model's (W&B)."""
     return view_of(task_of(cfg)).images(arrays) | _model(cfg).images(arrays)
 

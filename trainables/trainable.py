@@ -23,7 +23,7 @@ from ray import tune
 
 from trainables import config, plugins as registered_plugins
 from trainables.io import ERROR_FILE, atomic_write, read_json, read_jsonl
-from trainables.logger import trial_logger
+from trainables.logger import member_logger
 from trainables.models import MODELS
 from trainables.population import pack_key
 from trainables.stopper import NEVER, Stopper
@@ -129,7 +129,7 @@ def _train_group(files: OpenedMembers, group: dict[int, config.Config], saved: d
             atomic_write(out / "config.yaml", config.to_yaml(cfg))
             resume = saved.get(index)
             _keep_records_until(out / "metrics.jsonl", resume["step"] if resume else 0)
-            loggers.append(contexts.enter_context(trial_logger(cfg, out, job_type=member.get("job_type", "grid"),
+            loggers.append(contexts.enter_context(member_logger(cfg, out, job_type=member.get("job_type", "grid"),
                                                                name=out.name)))
             cfgs.append(cfg)
             resumes.append(resume)

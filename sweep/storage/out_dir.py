@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow.fs as pafs
 
-from sweep.space import point_id, trial_dir
+from sweep.space import point_id, member_dir
 from sweep.storage import buckets, scratch
 from sweep.storage.copies import STATE_FILE
 
@@ -80,7 +80,7 @@ class OutDir:
         """Where the trial of `point` keeps its files, as a node reaches it: an absolute path or an s3:// URI."""
         if self.mirror:
             return self.mirror.bucket.child(TRIALS, point_id(point)).uri
-        return str(trial_dir(self.local, point))
+        return str(member_dir(self.local, point))
 
     @property
     def filesystem(self) -> pafs.FileSystem | None:

@@ -132,7 +132,7 @@ def test_the_output_directories_read_back_here(executed):
     assert len(grid.df) == 6 and grid.failed.empty and len(mixer.df) == 2 and mixer.failed.empty
     assert (out / "running_mean" / "trials").is_dir() and (out / "grid" / "report.html").exists()
     found = hs.load(out / "search")
-    assert isinstance(found, hs.SearchResult) and len(found.trials) == found.table["seeds"].sum() > 0
+    assert isinstance(found, hs.SearchResult) and len(found.members) == found.table["seeds"].sum() > 0
     saved = list((out / "running_mean" / "trials").glob("*/config.yaml"))  # the model a cell defined, trained by Ray
     assert len(saved) == 2 and all("name: running_mean" in path.read_text() for path in saved)
 
@@ -175,8 +175,8 @@ def test_a_search_stopped_from_the_notebook_shows_the_table_so_far_and_keeps_wha
     # the seeds that had finished when the table was written (a member of the round may finish a moment after the
     # stop, while the table is written: it is on disk, and a resumed search counts it, not trains it again)
     written = (out / "min_diversity.csv").stat().st_mtime
-    trained = found.trials[[(out / "trials" / m / "result.json").exists()
+    trained = found.members[[(out / "trials" / m / "result.json").exists()
                             and (out / "trials" / m / "result.json").stat().st_mtime < written
-                            for m in found.trials["member"]]]
-    assert found.table["seeds"].sum() == len(trained) > 0, found.trials[["member", "state"]]  # each finished seed
+                            for m in found.members["member"]]]
+    assert found.table["seeds"].sum() == len(trained) > 0, found.members[["member", "state"]]  # each finished seed
     assert (trained["state"] != "FAIL").all(), trained[["member", "state"]]  # and none of them marked failed

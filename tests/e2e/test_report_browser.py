@@ -169,7 +169,7 @@ def grid_report(tmp_path_factory) -> Path:
     from sweep.storage.out_dir import OutDir
     from trainables import config
     from trainables.io import atomic_write
-    from trainables.logger import trial_logger
+    from trainables.logger import member_logger
     from trainables.train import save, train
 
     out = tmp_path_factory.mktemp("browser") / "grid"
@@ -180,7 +180,7 @@ def grid_report(tmp_path_factory) -> Path:
         trial = Path(member["dir"])
         trial.mkdir(parents=True)
         (trial / "config.yaml").write_text(config.to_yaml(cfg))
-        with trial_logger(cfg, trial) as logger:
+        with member_logger(cfg, trial) as logger:
             result = train(cfg, logger)
         save(result, trial)
     (out / "config.yaml").write_text(config.to_yaml(base, sweep=sweep))

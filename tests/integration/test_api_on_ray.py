@@ -63,11 +63,11 @@ def test_a_grid_from_python_reads_as_the_same_grid_from_the_cli(tmp_path):
 def test_a_search_from_python_returns_its_answer_trials_curve_and_studies(tmp_path):
     found = hs.search(hs.config(CONFIGS / "debug_search.yaml", "search.budget.trainings=6"), out=tmp_path / "search")
     assert isinstance(found, hs.SearchResult) and found.table["task.lengths.low"].tolist() == [2, 4]
-    assert len(found.trials) == found.table["seeds"].sum() == found.curve["trained"].sum() > 0
+    assert len(found.members) == found.table["seeds"].sum() == found.curve["trained"].sum() > 0
     assert all(isinstance(study, optuna.Study) and study.trials for study in found.studies.values())
     assert isinstance(found.success_curves(), Figure) and "K*_q [interval]" in repr(found)
     loaded = hs.load(tmp_path / "search")
-    assert loaded.table.equals(found.table) and loaded.trials.equals(found.trials)
+    assert loaded.table.equals(found.table) and loaded.members.equals(found.members)
 
 
 @dataclass

@@ -37,8 +37,8 @@ def finished(out: Path) -> dict[str, int]:
     return {p.parent.name: p.stat().st_mtime_ns for p in (out / "trials").glob("*/result.json")}
 
 
-def steps_logged(trial_dir: Path) -> list[int]:
-    return [record["step"] for record in read_jsonl(trial_dir / "metrics.jsonl")]  # a torn last line is skipped
+def steps_logged(member_dir: Path) -> list[int]:
+    return [record["step"] for record in read_jsonl(member_dir / "metrics.jsonl")]  # a torn last line is skipped
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +62,8 @@ def test_debug_grid_writes_results_diagram_and_report(debug_grid):
             "seconds"} <= set(frame.columns)
     assert sorted(zip(frame["task.lengths.low"], frame["task.lengths.high"], frame["seed"])) == [
         (low, high, seed) for low in (2, 5) for high in (6, 8) for seed in (0, 1)]
-    # one row per member, and each row is that member's own result.json; `trial`, the column's old name, kept beside
-    assert (frame["trial"] == frame["member"]).all()
+    # one row per member, and each row is that member's own result.json; `member` alone names it
+    assert "trial" not in frame.columns
     for _, row in frame.iterrows():
         result = json.loads((out / "trials" / row["member"] / "result.json").read_text())
         assert result["ood/acc"] == pytest.approx(row["ood/acc"])

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweep.space import trial_dir
+from sweep.space import member_dir
 from tests.conftest import CONFIGS
 from tests.integration.conftest import headsweep
 from tests.integration.test_wandb import clean_env, exit_codes, offline_run, wandb_home
@@ -41,7 +41,7 @@ def test_seeds_of_a_decided_candidate_are_not_trained_and_the_answers_do_not_cha
     assert len(skipped) and (skipped["steps"] == 0).all()
     assert skipped["stopped_because"].str.startswith("its candidate failed: 1 of 2 seeds failed").all()
     assert skipped["ood/acc"].isna().all() and skipped["data/max_sum_ratio"].notna().all()  # never measured
-    skipped_dirs = [trial_dir(tmp_path / "stopped", point) for point in points(skipped)]
+    skipped_dirs = [member_dir(tmp_path / "stopped", point) for point in points(skipped)]
     assert not any((d / "attention.npz").exists() or "ood/acc" in read_json(d / "result.json") for d in skipped_dirs)
     assert stopped_trials["steps"].sum() < full_trials["steps"].sum()
     report = (tmp_path / "stopped" / "report.html").read_text()

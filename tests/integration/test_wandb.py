@@ -22,7 +22,7 @@ from tests.conftest import CONFIGS
 from tests.integration.conftest import headsweep
 from trainables import config
 from trainables.errors import ConfigError
-from trainables.logger import resolve_wandb_mode, server_answers, trial_logger
+from trainables.logger import resolve_wandb_mode, server_answers, member_logger
 
 
 FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # the shape of a W&B API key; must never reach a file
@@ -241,12 +241,12 @@ def test_wandb_false_imports_nothing_from_wandb(tmp_path):
 import sys
 from pathlib import Path
 from trainables import config
-from trainables.logger import trial_logger
+from trainables.logger import member_logger
 from trainables.train import save, train
 cfg = config.load(sys.argv[1], [f"logging.wandb={sys.argv[3]}"])
 out = Path(sys.argv[2])
 out.mkdir()
-with trial_logger(cfg, out) as logger:
+with member_logger(cfg, out) as logger:
     logger.summary(train(cfg, logger).metrics)
 print(sorted(m for m in sys.modules if m == "wandb" or m.startswith(("wandb.", "wandb_"))))
 """
@@ -268,11 +268,11 @@ def test_a_retry_continues_the_same_run_and_a_fresh_start_begins_a_new_one(tmp_p
     cfg = config.load(CONFIGS / "debug_grid.yaml", ["logging.wandb=true"])
     out = tmp_path / "trial"
     out.mkdir()
-    with trial_logger(cfg, out, job_type="grid", name="low=2,high=7,seed=0") as logger:
+    with member_logger(cfg, out, job_type="grid", name="low=2,high=7,seed=0") as logger:
         logger.log({"train/loss": 1.0, "data/width": 6.0}, step=1)
     first = (out / "wandb" / "headsweep-run-id").read_text().strip()
     # A Tune retry keeps metrics.jsonl up to its checkpoint: the W&B run goes on under the same id.
-    with trial_logger(cfg, out, job_type="grid") as logger:
+    with member_logger(cfg, out, job_type="grid") as logger:
         logger.log({"train/loss": 0.5, "data/width": 6.0}, step=2)
     # The run id is the .wandb file's name: two runs started in one second share a folder name but for a "-1".
     runs = sorted((out / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -280,7 +280,7 @@ def test_a_retry_continues_the_same_run_and_a_fresh_start_begins_a_new_one(tmp_p
     # A restart from step 0 (the train verb deletes metrics.jsonl) is a new run.
     (out / "metrics.jsonl").unlink()
     with pytest.raises(RuntimeError):
-        with trial_logger(cfg, out) as logger:
+        with member_logger(cfg, out) as logger:
             raise RuntimeError("the trial crashed")
     second = (out / "wandb" / "headsweep-run-id").read_text().strip()
     assert second != first

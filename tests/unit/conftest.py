@@ -23,7 +23,7 @@ def fake_executor(monkeypatch, accuracy, metric: str = "ood/acc") -> list[list[d
             for point in points:
                 cfg = config.with_point(config.to_dict(base), point)
                 metrics = task_of(cfg).diversity(cfg.task)
-                write_json(space.trial_dir(out.local, point) / "result.json",
+                write_json(space.member_dir(out.local, point) / "result.json",
                            metrics | {metric: accuracy(point, metrics), "status": "completed"})
 
     monkeypatch.setattr(tuner, "run_rounds", run_rounds)

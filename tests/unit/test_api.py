@@ -202,7 +202,7 @@ def test_grid_returns_one_row_per_member_with_its_point_status_and_metrics(tmp_p
     found = hs.grid(hs.config(CONFIGS / "debug_grid.yaml"), out=tmp_path / "grid")
     assert isinstance(found, hs.GridResult) and found.out == tmp_path / "grid"
     keys = ["task.lengths.low", "task.lengths.high", "seed"]
-    assert list(found.df.columns[:6]) == keys + ["member", "trial", "status"] and len(found.df) == 8
+    assert list(found.df.columns[:5]) == keys + ["member", "status"] and len(found.df) == 8
     assert {"ood/acc", "data/max_sum_ratio", "seconds", "error"} <= set(found.df.columns)
     assert found.failed[keys].to_dict("records") == [{"task.lengths.low": 2, "task.lengths.high": 8, "seed": 1}]
     assert found.failed["status"].tolist() == ["error"] and found.failed["error"].tolist() == ["RuntimeError: boom"]
@@ -270,22 +270,24 @@ def test_an_interrupted_grid_writes_what_finished_raises_and_resumes_when_called
 SMALL_SEARCH = ["search.budget.trainings=6"]
 
 
-def test_search_returns_its_table_trials_curve_and_studies(tmp_path, no_ray, fake_width_tune):
+def test_search_returns_its_table_members_curve_and_studies(tmp_path, no_ray, fake_width_tune):
     found = hs.search(hs.config(CONFIGS / "debug_search.yaml", *SMALL_SEARCH), out=tmp_path / "search")
     assert isinstance(found, hs.SearchResult) and found.out == tmp_path / "search"
     assert found.table["task.lengths.low"].tolist() == [2, 4]
     assert {"study", "diversity_star", "diversity_star_low", "diversity_star_high", "seeds"} <= set(found.table.columns)
-    assert len(found.trials) == found.table["seeds"].sum() == sum(map(len, fake_width_tune))  # one row per training
-    assert {"study", "member", "seed", "task.lengths.width", "ood/acc", "status", "optuna_trial"} <= set(found.trials)
+    assert len(found.members) == found.table["seeds"].sum() == sum(map(len, fake_width_tune))  # one row per training
+    assert {"study", "member", "seed", "task.lengths.width", "ood/acc", "status", "optuna_trial"} <= set(found.members)
     assert {"study", "task.lengths.width", "trained", "passed", "p", "p_low", "p_high"} <= set(found.curve.columns)
     assert list(found.studies) == found.table["study"].tolist()
     assert all(isinstance(s, optuna.Study) for s in found.studies.values())
     with pytest.raises(KeyError):  # the fake executor writes no curves
-        found.history(found.trials.iloc[0])
+        found.history(found.members.iloc[0])
     assert isinstance(found.success_curves(), Figure)
     assert "K*_q [interval]" in repr(found) and "seeds" in repr(found)
     loaded = hs.load(tmp_path / "search")
-    assert loaded.table.equals(found.table) and loaded.trials.equals(found.trials) and loaded.curve.equals(found.curve)
+    assert loaded.table.equals(found.table) and loaded.members.equals(found.members) and loaded.curve.equals(found.curve)
+    with pytest.warns(DeprecationWarning, match="SearchResult.members"):  # its name before: a public name moved
+        assert found.trials is found.members
 
 
 def test_the_cli_search_dir_reads_as_pythons(tmp_path, no_ray, fake_width_tune, capsys):
@@ -296,7 +298,7 @@ def test_the_cli_search_dir_reads_as_pythons(tmp_path, no_ray, fake_width_tune, 
     assert printed.rstrip().endswith(f"[{tmp_path / 'cli'}/min_diversity.csv, {tmp_path / 'cli'}/report.html]")
     by_cli = hs.load(tmp_path / "cli")
     assert by_cli.table.equals(found.table) and by_cli.curve.equals(found.curve)
-    assert by_cli.trials.drop(columns="member").equals(found.trials.drop(columns="member"))
+    assert by_cli.members.drop(columns="member").equals(found.members.drop(columns="member"))
 
 
 def test_an_interrupted_search_writes_its_tables_raises_and_resumes_when_called_again(tmp_path, no_ray, monkeypatch,
@@ -314,13 +316,13 @@ def test_an_interrupted_search_writes_its_tables_raises_and_resumes_when_called_
     with pytest.raises(KeyboardInterrupt):
         hs.search(cfg, out=tmp_path / "search")
     first = hs.load(tmp_path / "search")
-    assert 0 < len(first.trials) < 12 and (tmp_path / "search" / "report.html").exists()
+    assert 0 < len(first.members) < 12 and (tmp_path / "search" / "report.html").exists()
     shown = capsys.readouterr().out
     assert "stopped: the table so far" in shown and "K*_q [interval]" in shown and "no (open)" in shown
     monkeypatch.setattr(tuner, "run_rounds", fake_run_rounds)
     resumed = hs.search(cfg, out=tmp_path / "search")
-    assert len(resumed.trials) == resumed.table["seeds"].sum() > len(first.trials)
-    assert set(first.trials["member"]) <= set(resumed.trials["member"])  # kept, not trained again
+    assert len(resumed.members) == resumed.table["seeds"].sum() > len(first.members)
+    assert set(first.members["member"]) <= set(resumed.members["member"])  # kept, not trained again
 
 
 def test_a_task_one_step_cannot_read_names_the_models_that_can(registries):
@@ -369,9 +371,11 @@ def test_a_figure_a_cell_returns_is_drawn_as_png_unless_the_user_chose_a_format(
     formatters = pytest.importorskip("IPython.core.formatters")
     from headsweep import results
 
+    real = pytest.importorskip("IPython")  # its version, which matplotlib reads from the module at a first canvas
     for chosen in (None, "image/svg+xml"):
         shell = types.SimpleNamespace(display_formatter=formatters.DisplayFormatter())
-        monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+        monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell,
+                                                                          version_info=real.version_info))
         if chosen:
             shell.display_formatter.formatters[chosen].for_type(Figure, lambda figure: "<svg/>")
         figure = Figure()
@@ -379,7 +383,8 @@ def test_a_figure_a_cell_returns_is_drawn_as_png_unless_the_user_chose_a_format(
         assert results._drawn_in_ipython(figure) is figure
         shown, _ = shell.display_formatter.format(figure)
         assert ("image/png" in shown) == (chosen is None) and (chosen is None or shown[chosen] == "<svg/>")
-    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))  # a plain python
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None,  # a plain python
+                                                                      version_info=real.version_info))
     assert results._drawn_in_ipython(figure) is figure
 
 

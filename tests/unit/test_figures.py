@@ -148,11 +148,11 @@ def test_gallery_escapes_captions():
 def test_wandb_images_are_the_figures_as_uint8_heatmaps_with_captions():
     for arrays, model in ((transformer_arrays(), "transformer"), (one_step_arrays(), "one_step")):
         cfg = {"task": {"name": "trigger_copy"}, "model": {"name": model}}
-        images = readouts.trial_images(cfg, arrays)
+        images = readouts.member_images(cfg, arrays)
         assert list(images) == list(readouts.trial_figures(cfg, arrays))  # the same media keys
         for key, (image, caption) in images.items():
             assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3 and caption, key
-    query = readouts.trial_images({"task": {"name": "trigger_copy"}, "model": {"name": "transformer"}},
+    query = readouts.member_images({"task": {"name": "trigger_copy"}, "model": {"name": "transformer"}},
                                   transformer_arrays())["attention/query_L1H0"][0]
     cell = figures.IMAGE_CELL
     assert query.shape == (K * cell, int((L1 + L2).max() + 3) * cell, 3)

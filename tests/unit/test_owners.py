@@ -18,7 +18,7 @@ from sweep.search.config import load_search
 from tests.conftest import CONFIGS
 from tests.unit.conftest import WIDTH_NEEDED
 from trainables.io import write_json
-from sweep.space import trial_dir
+from sweep.space import member_dir
 
 KEY = "task.lengths.width"
 ONE_SLICE = "search.slices=[{key: task.lengths.low, values: [2]}]"
@@ -176,7 +176,7 @@ def test_the_rounds_wait_for_a_live_peer_and_go_on_with_its_result(storage, peer
     rounds = loop.rounds(base, search, [sl], {sl.study_name: study}, tmp_path, extend=0)
     assert next(rounds) == [] and next(rounds) == []
     point = sl.point | {KEY: theirs.params[KEY], "seed": 0}
-    write_json(trial_dir(tmp_path, point) / "result.json", {"ood/acc": 1.0, "status": "completed"})
+    write_json(member_dir(tmp_path, point) / "result.json", {"ood/acc": 1.0, "status": "completed"})
     theirs.set_user_attr("seed_list", [0])
     loop.tell(study, theirs, [point], search, tmp_path)  # the peer finishes its trial
     [ours] = next(rounds)

@@ -192,7 +192,7 @@ def search_of_decided_candidates(out) -> None:
     from tests.conftest import CONFIGS
     from trainables import config
     from trainables.io import read_json
-    from trainables.logger import trial_logger
+    from trainables.logger import member_logger
     from trainables.train import save, train_members
 
     base = config.load(CONFIGS / "debug_search.yaml")
@@ -207,7 +207,7 @@ def search_of_decided_candidates(out) -> None:
             trial = out / "trials" / f"width={width},seed={seed}"
             trial.mkdir()
             (trial / "config.yaml").write_text(config.to_yaml(cfg))
-            with trial_logger(cfg, trial) as logger:
+            with member_logger(cfg, trial) as logger:
                 [result] = train_members([cfg], [logger], [None], stopper=verdicts.of([seed]))
             save(result, trial)
             rows.append({"task.lengths.width": width, "seed": seed} | read_json(trial / "result.json"))

@@ -183,7 +183,7 @@ def test_a_model_without_attention_trains_and_reads_out_on_every_task(task):
     assert not [m for m in result.metrics if m.startswith("mech/induction") or m.startswith("attn/")]
     assert not {"patterns", "query_attention", "lag_profile", "prev_token_by_position"} & set(result.arrays)
     assert not [k for k in readouts.trial_figures(cfg, result.arrays) if k.startswith("attention/")]
-    readouts.trial_images(cfg, result.arrays)
+    readouts.member_images(cfg, result.arrays)
 
 
 def test_the_builtin_tasks_still_report_their_attention_probes_with_attention():

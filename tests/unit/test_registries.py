@@ -131,7 +131,7 @@ def test_every_media_panel_of_a_task_shows_an_image_its_runs_log(name):
         heads = ["model.n_heads=2"] if model == "transformer" else []
         cfg = load(name, model, "eval.n_id=32", "eval.n_ood=32", "logging.wandb=false", "optim.max_steps=2",
                    "eval.every=2", *SMALL.get(model, []), *heads)
-        logged |= set(readouts.trial_images(config.to_dict(cfg), train(cfg).arrays))
+        logged |= set(readouts.member_images(config.to_dict(cfg), train(cfg).arrays))
     panels = {key for section in view_of(TASKS[name]).dashboard for panel in section.panels if panel.kind == "media"
               for key in panel.metrics}
     assert panels and panels <= logged, panels - logged

@@ -87,18 +87,18 @@ def grid_members(out: Path) -> list[dict]:
     return members
 
 
-def test_results_csv_names_each_member_and_keeps_the_trial_column(tmp_path):
+def test_results_csv_names_each_member_once(tmp_path):
+    """One column per idea: `member`, and no `trial` beside it holding the same ids (its name before)."""
     frame = grid.collect(grid_members(tmp_path), {})
     keys = ["task.lengths.low", "task.lengths.high", "seed"]
-    assert list(frame.columns[:len(keys) + 3]) == keys + ["member", "trial", "status"]
-    assert frame["member"].tolist() == frame["trial"].tolist() == [
-        space.point_id(row) for row in frame[keys].to_dict("records")]
+    assert list(frame.columns[:len(keys) + 2]) == keys + ["member", "status"] and "trial" not in frame.columns
+    assert frame["member"].tolist() == [space.point_id(row) for row in frame[keys].to_dict("records")]
 
 
 def test_the_report_reads_a_results_csv_from_before_the_member_column(tmp_path):
     base, sweep_section, _ = space.load_sweep(CONFIGS / "debug_grid.yaml", [])
     (tmp_path / "config.yaml").write_text(config.to_yaml(base, sweep=sweep_section))
-    old = grid.collect(grid_members(tmp_path), {}).drop(columns=["member"])
+    old = grid.collect(grid_members(tmp_path), {}).rename(columns={"member": "trial"})
     old.to_csv(tmp_path / "results.csv", index=False)
     page = report.build(tmp_path).read_text()
     results = page[page.index("<h2>Results (one row per member)</h2>"):]

@@ -299,8 +299,8 @@ def test_a_seed_that_fails_on_every_try_fails_its_candidate_with_its_error_in_tr
                 yield points
                 for point in points:
                     if point["task.lengths.width"] == WIDTH_NEEDED:
-                        (space.trial_dir(out.local, point) / "result.json").unlink()
-                        atomic_write(space.trial_dir(out.local, point) / ERROR_FILE, OOM + "\n")
+                        (space.member_dir(out.local, point) / "result.json").unlink()
+                        atomic_write(space.member_dir(out.local, point) / ERROR_FILE, OOM + "\n")
         fake_run_rounds(base, search, erring(rounds), out)
 
     monkeypatch.setattr(tuner, "run_rounds", failing_at_needed)
@@ -324,8 +324,8 @@ def test_a_seed_stopped_once_its_candidate_was_decided_has_no_verdict_of_its_own
     study = studies[sl.study_name]
     trial = study.ask(sl.distributions(search.knob.key))
     points = [sl.point | trial.params | {"seed": seed} for seed in (0, 1)]
-    write_json(space.trial_dir(tmp_path, points[0]) / "result.json", {"ood/acc": 0.5, "status": "completed"})
-    write_json(space.trial_dir(tmp_path, points[1]) / "result.json", {"ood/acc": 0.95, "status": "verdict_known"})
+    write_json(space.member_dir(tmp_path, points[0]) / "result.json", {"ood/acc": 0.5, "status": "completed"})
+    write_json(space.member_dir(tmp_path, points[1]) / "result.json", {"ood/acc": 0.95, "status": "verdict_known"})
     loop.tell(study, trial, points, search, tmp_path)
     [told] = study.get_trials()
     assert told.user_attrs["successes"] == 0 and told.user_attrs["seeds"] == 2 and told.constraints["success"] > 0
@@ -367,7 +367,7 @@ def test_a_stopped_evaluations_finished_seeds_count_and_a_slice_without_seeds_ha
     trial.set_user_attr("seed_list", seeds)
     point = first.point | first.candidate(trial.params, search.knob.key)
     for seed, acc in ((0, 1.0), (1, 0.1)):  # seed 2 never finished
-        path = space.trial_dir(tmp_path, point | {"seed": seed})
+        path = space.member_dir(tmp_path, point | {"seed": seed})
         path.mkdir(parents=True)
         write_json(path / "result.json", {"ood/acc": acc, "status": "completed"})
     owners.fail_as_zombie(study, trial.number)

@@ -63,7 +63,7 @@ def test_the_wandb_workspace_pins_the_views_headline_and_shows_its_dashboard():
 
 
 def test_the_summary_line_the_report_and_the_wandb_media_show_what_the_view_says(tmp_path, capsys):
-    """The training side (W&B media: readouts.trial_images) and the report both reach the view through view_of."""
+    """The training side (W&B media: readouts.member_images) and the report both reach the view through view_of."""
     from dashboards.report import build
     from sweep import cli
 
@@ -85,4 +85,4 @@ def test_the_summary_line_the_report_and_the_wandb_media_show_what_the_view_says
     with np.load(out / "attention.npz") as npz:
         arrays = dict(npz)
     cfg = {"task": {"name": "tests.plugins.shown:SHOWN"}, "model": {"name": "transformer"}}
-    assert {"shown/mark", "attention/pattern_L0H0"} <= set(readouts.trial_images(cfg, arrays))
+    assert {"shown/mark", "attention/pattern_L0H0"} <= set(readouts.member_images(cfg, arrays))

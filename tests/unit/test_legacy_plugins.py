@@ -40,6 +40,18 @@ def test_a_task_of_the_current_api_is_left_as_it_is():
     assert registered(TASK) == (TASK, []) and not vars(TASK)
 
 
+def test_a_sample_that_wraps_a_current_tasks_draw_is_not_taken_for_an_old_one():
+    from tests.plugins.repeat import Repeat as Current
+
+    class Shorter(Current):
+        def sample(self, cfg, n, generator, split="train", pad_to=None):
+            return super().sample(cfg, n, generator, split).cropped(2 * cfg.length - 1)
+
+    task, said = registered(Shorter())
+    assert said == [] and "batch_sampler" not in vars(task)
+    assert task.sample(task.config(), 4, torch.Generator().manual_seed(0)).tokens.shape == (4, 11)
+
+
 def test_presentation_set_on_the_task_class_is_what_its_view_shows():
     task, _ = registered(ShownOnItsTask())
     view = view_of(task)

@@ -5,10 +5,9 @@ A task is an instance of a Task subclass: a built-in is one folder under trainab
 TASK; a plugin's lives in its own package, found by entry point or module path (trainables/registry.py). Training,
 the sweeps, W&B and the reports know tasks only through this interface: the config dataclass and its validation,
 the generator (`batch_sampler`, from which `sample` is derived: Batches with per-position labels and a loss mask),
-the evaluation splits and their metrics,
-the diversity measures (`data/*`), the success metric and the theory's reference lines. How a task is shown (its
-figures, W&B panels, headline columns) is its view's, apart from this protocol (view.py). `task.name` in a config
-picks one.
+the evaluation splits and their metrics, the diversity measures (`data/*`), the success metric and the theory's
+reference lines. How a task is shown (its figures, W&B panels, headline columns) is its view's, apart from this
+protocol (view.py). `task.name` in a config picks one.
 """
 from __future__ import annotations
 

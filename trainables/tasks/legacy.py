@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import warnings
 
 import torch
@@ -34,8 +35,10 @@ def adapted(task: Task) -> Task:
         task.view = type(f"{type(task).__name__}View", (task.view,),
                          {name: property(functools.partial(_off_the_task, name)) for name in shown})
         moved.append(f"{', '.join(shown)} (on the Task) -> a TaskView subclass named as the task's `view`")
-    if type(task).sample is not Task.sample and "batch_sampler" not in vars(task):
-        together = type(task).batch_sampler
+    together = type(task).batch_sampler
+    takes_split = together is not Task.batch_sampler and "split" in inspect.signature(together).parameters
+    # A sample() beside a batch_sampler that takes a split (a subclass of a current task) is only a wrapper of it.
+    if type(task).sample is not Task.sample and not takes_split and "batch_sampler" not in vars(task):
         if together is Task.batch_sampler:  # each member draws alone, so members of a pack may differ in any field
             together, task.member_fields = None, tuple(field.name for field in dataclasses.fields(task.config))
         task.batch_sampler = functools.partial(_sampler_of, task, together)

@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from trainables import config
 from trainables.models import one_step
 from trainables.models.one_step import OneHotOneStepModel
-from trainables.tasks.trigger_copy.data import sample
+from trainables.tasks.trigger_copy import TASK
 from trainables.population import Stack, stack_batches
 from trainables.train import init_state, train
 
@@ -45,7 +45,7 @@ def machine() -> str:
 def bench_generator(cfg) -> None:
     g = torch.Generator().manual_seed(0)
     for split in ("train", "displaced", "all_pairs"):
-        seconds = statistics.median(timed(lambda: sample(cfg.task, 8192, g, split), 20))
+        seconds = statistics.median(timed(lambda: TASK.sample(cfg.task, 8192, g, split), 20))
         print(f"generator {split:<10} {8192 / seconds:>12,.0f} sequences/s   (batches of 8192, N=32, L=34)")
 
 
@@ -87,7 +87,7 @@ def bench_query_path(steps: int = 60) -> None:
 
     def run(query_only: bool) -> float:
         state, _, _ = init_state(cfg)
-        batches = [stack_batches([sample(cfg.task, 64, state.generator)]) for _ in range(steps)]
+        batches = [stack_batches([TASK.sample(cfg.task, 64, state.generator)]) for _ in range(steps)]
         if not query_only:  # the step calls forward(tokens, query): make it compute every position
             full = state.model.forward
             rows = torch.arange(64)
@@ -104,7 +104,7 @@ def bench_query_path(steps: int = 60) -> None:
           f"{every:.1f} steps/s: {query / every:.2f}x")
     state, _, _ = init_state(cfg)
     with FlopCounterMode(display=False) as counter:
-        Stack([state]).step(stack_batches([sample(cfg.task, 64, state.generator)]), 0)
+        Stack([state]).step(stack_batches([TASK.sample(cfg.task, 64, state.generator)]), 0)
     size = 1024
     a, b = torch.randn(size, size), torch.randn(size, size)
     matmul = statistics.median(timed(lambda: a @ b, 20))

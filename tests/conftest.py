@@ -47,13 +47,6 @@ def load_config():
     return lambda name, *overrides: config.load(CONFIGS / name, list(overrides))
 
 
-def reads_inputs(task) -> bool:
-    """Whether a task is continuous (real-valued inputs, Task.input_width): its models read inputs, not tokens."""
-    from trainables.tasks import Task
-
-    return type(task).input_width is not Task.input_width
-
-
 def assert_same_metrics(got: dict, expected: dict, rel: float = 1e-5) -> None:
     """Two runs' final metrics agree (to float tolerance), a packed, resumed or retried run against one that ran alone
     and uninterrupted; what only says how the run went (wall-clock seconds, the step it resumed from) aside. A

@@ -3,8 +3,8 @@ against the contracts the rest of headsweep relies on. A plugin that breaks one 
 `task.name` or `model.name` and what is wrong, before an output directory exists, instead of every trial failing.
 
 Checked once per (task, model) pair in a process (`check`, from config validation): `sample()` of every split
-returns a Batch of the right shapes, dtypes and ranges, and so does the batch_sampler of a task that has one (no wider
-than its batch_width); the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right
+returns a Batch of the right shapes, dtypes and ranges, and so does the task's batch_sampler for a pack of two (no
+wider than its batch_width); the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right
 shape; an evaluation reports the task's success metric and only numbers, and so does the task's summary of a run.
 
 The same run, with the final readout, names the final metrics a trial of the config reports (`reported_metrics`:
@@ -19,7 +19,7 @@ from trainables import readouts
 from trainables.errors import ConfigError, require
 from trainables.models import MODELS, build_model
 from trainables.streams import Streams
-from trainables.tasks import Batch, task_of
+from trainables.tasks import Batch, is_continuous, task_of
 from trainables.train import evaluate, loss_and_accuracy, scored
 
 N_SEQUENCES = 3
@@ -71,7 +71,7 @@ def _dry_run(cfg, readout: bool) -> set[str]:
         trained = _call("model.name", f"{spec.name}: forward()", model, batch.model_input, batch.query)
     B, T = batch.tokens.shape
     expected = (B, d_vocab) if batch.query is not None else (B, T, d_vocab)
-    outputs, width = ("predictions", "d_out") if d_in is not None else ("logits", "d_vocab")
+    outputs, width = ("predictions", "d_out") if is_continuous(task) else ("logits", "d_vocab")
     for what, logits in (("run_with_cache()", output[0]), ("forward()", trained)):
         require(("model.name", isinstance(logits, torch.Tensor) and tuple(logits.shape) == expected
                  and logits.is_floating_point(),
@@ -107,12 +107,10 @@ def forget(name: str) -> None:
 
 
 def check_batch_sampler(task, cfg, d_vocab: int, n_ctx: int, d_in: int | None = None) -> None:
-    """A task's batch_sampler, where it has one: two members' batches at once, each a Batch of the contract, and
+    """A task's batch_sampler of the train split: two members' batches at once, each a Batch of the contract, and
     each member's the one it draws alone (its stream's, whatever it is packed with)."""
     what = f"{task.name}: batch_sampler()"
     draw = _call("task.name", what, task.batch_sampler, [cfg.task, cfg.task], "cpu")
-    if draw is None:
-        return
     both = _call("task.name", what, draw, N_SEQUENCES, Streams([0, 1]))
     require(("task.name", isinstance(both, Batch) and isinstance(both.tokens, torch.Tensor)
              and both.tokens.dim() == 3 and both.tokens.shape[0] == 2,

@@ -26,18 +26,16 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from trainables.models import MODELS
 from trainables.streams import Streams
-from trainables.tasks import Batch, Task, task_of
+from trainables.tasks import Batch, task_of
 
 
 def pack_key(cfg) -> tuple:
     """Members with equal keys can train as one: the same task, vocabulary and context, whether one position per
-    sequence is scored, the same model and training settings, evaluation schedule and device, and for a task that
-    draws a population's batches at once, the task settings its sampler needs equal (all but Task.member_fields).
-    Seeds, data distributions, evaluation set sizes, patience and thresholds may differ."""
+    sequence is scored, the task settings its batch_sampler needs equal (all but Task.member_fields), the same model
+    and training settings, evaluation schedule and device. Seeds, data distributions, evaluation set sizes, patience
+    and thresholds may differ."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
-    shared = None
-    if type(task).batch_sampler is not Task.batch_sampler:
-        shared = repr({k: v for k, v in vars(cfg.task).items() if k not in task.member_fields})
+    shared = repr({k: v for k, v in vars(cfg.task).items() if k not in task.member_fields})
     return (task.name, task.dims(cfg.task), task.query_only(cfg.task), shared, repr(cfg.model),
             repr(cfg.optim) if spec.uses_optim else None, cfg.eval.every, cfg.device)
 
@@ -162,26 +160,19 @@ class Stack:
 
 
 class Batches:
-    """The training batches of a population, stacked (tensors (M, n, ...)). With the task's batch_sampler: one
-    vectorised draw from the members' own streams (trainables/streams.py) on their device, the same operations for
-    any member count. Without (a plugin that has none): each member's sample() on its own generator, padded to the
-    widest and stacked, one member after another; a stopped member's slot holds a copy of the first batch."""
+    """The training batches of a population, stacked (tensors (M, n, ...)): one vectorised draw of the task's
+    batch_sampler from the members' own streams (trainables/streams.py) on their device, the same operations for any
+    member count."""
 
     def __init__(self, cfgs: list, states: list):
-        task, device = task_of(cfgs[0]), cfgs[0].device
-        self.cfgs, self.states = cfgs, states
-        self.sampler = task.batch_sampler([cfg.task for cfg in cfgs], device)
-        self.streams = Streams([state.key for state in states], device, states[0].step) if self.sampler else None
+        self.sampler = task_of(cfgs[0]).batch_sampler([cfg.task for cfg in cfgs], cfgs[0].device)
+        self.streams = Streams([state.key for state in states], cfgs[0].device, states[0].step)
 
     def draw(self, n: int, slots: list[int]) -> Batch:
-        """The next batch of n sequences of every member (those in `slots` still train)."""
-        if self.sampler:
-            batch = self.sampler(n, self.streams)
-            self.streams.advance()
-            return batch
-        drawn = {slot: task_of(self.cfgs[slot]).sample(self.cfgs[slot].task, n, self.states[slot].generator)
-                 .to(self.cfgs[slot].device) for slot in slots}
-        return stack_batches([drawn.get(slot, drawn[slots[0]]) for slot in range(len(self.states))])
+        """The next batch of n sequences of every member (a stopped member's slot too: shapes never change)."""
+        batch = self.sampler(n, self.streams)
+        self.streams.advance()
+        return batch
 
 
 def stack_batches(batches: list[Batch]) -> Batch:

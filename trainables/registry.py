@@ -11,7 +11,9 @@ used, so a broken plugin never breaks the others or the built-ins:
   where nothing can import it (a notebook cell); the sweep ships it to its workers by value (trainables/plugins.py).
 
 The object a target names must be an instance of the protocol's class (Task, ModelSpec) that implements the required
-methods; anything else is one ConfigError naming the config key and what is wrong.
+methods; anything else is one ConfigError naming the config key and what is wrong. A registry may adapt what it loads
+or is given to its protocol first, once, here where a plugin arrives (a task written against an earlier API:
+trainables/tasks/legacy.py), so nothing downstream needs to know about earlier APIs.
 """
 from __future__ import annotations
 
@@ -39,10 +41,11 @@ class Source:
 class Registry:
     """The tasks (or models) that names can pick. Iterates over the names of the built-ins and installed plugins;
     `registry[name]` also accepts a module path (a name with a colon). Lookups raise ConfigError keyed by `key`
-    (e.g. task.name)."""
+    (e.g. task.name). `adapt(obj) -> obj` brings a plugin written against an earlier API to the protocol."""
 
-    def __init__(self, kind: str, base: type, required: tuple[str, ...], builtins: dict[str, str]):
+    def __init__(self, kind: str, base: type, required: tuple[str, ...], builtins: dict[str, str], adapt=None):
         self.kind, self.base, self.required = kind, base, required
+        self.adapt = adapt or (lambda obj: obj)
         self.key, self.group = f"{kind}.name", f"headsweep.{kind}s"
         self.builtins = {name: Source(name, target, "built-in") for name, target in builtins.items()}
         self.default = next(iter(builtins))
@@ -91,6 +94,7 @@ class Registry:
         refused, as is anything that would not load from a module either. Raises ConfigError keyed by `key`."""
         where = f"{self.kind} {getattr(obj, 'name', None)!r} (registered)"
         self._require_instance(obj, where, "register an instance of it ({}())")
+        obj = self.adapt(obj)
         problem = self._missing(obj) or (":" in obj.name and "its name must not hold a colon (that is a module path)")
         if problem:
             raise ConfigError(self.key, f"{where}: {problem}")
@@ -121,6 +125,7 @@ class Registry:
         except AttributeError:
             raise ConfigError(self.key, f"{where}: module {module_name} has no attribute {attr}") from None
         self._require_instance(obj, where, f"name an instance of it ({attr.upper()} = {{}}())")
+        obj = self.adapt(obj)
         problem = self._missing(obj)
         if problem:
             raise ConfigError(self.key, f"{where}: {problem}")
@@ -143,7 +148,7 @@ class Registry:
         if not (isinstance(config, type) and dataclasses.is_dataclass(config)
                 and "name" in {f.name for f in dataclasses.fields(config)}):
             return "its `config` must be a dataclass with a `name` field (the section's schema)"
-        missing = [m for m in self.required if getattr(type(obj), m) is getattr(self.base, m)]
+        missing = [m for m in self.required if m not in vars(obj) and getattr(type(obj), m) is getattr(self.base, m)]
         return f"does not implement {', '.join(missing)}" if missing else None
 
 

@@ -32,7 +32,7 @@ from trainables.models import MODELS, build_model
 from trainables.optim import Phase
 from trainables.population import Batches, Stack, compile_mode, pack_key, stack_batches
 from trainables.stopper import NEVER, Stopper
-from trainables.tasks import Batch, margin, task_of
+from trainables.tasks import Batch, is_continuous, margin, task_of
 
 
 @dataclass
@@ -162,7 +162,7 @@ def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
                  for prefix, split in task.eval_splits(cfg.task).items()}
     state = TrainState(model, spec.phases(cfg.model, cfg.optim, model), torch.Generator().manual_seed(train_key),
                        train_key, EarlyStopping(cfg.eval.patience),
-                       scores_accuracy=task.input_width(cfg.task) is None)
+                       scores_accuracy=not is_continuous(task))
     return state, eval_sets, eval_generator
 
 

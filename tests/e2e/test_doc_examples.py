@@ -18,7 +18,7 @@ README, API = ROOT / "README.md", ROOT / "docs" / "API.md"
 REPEAT = ROOT / "tests" / "plugins" / "repeat.py"
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 ELIDED_FIELDS = '    name: str = "repeat"\n    ...\n'
-ELIDED_HOOKS = "    ...                       # validate, dims, sample, eval_splits: docs/EXTENDING.md section 2\n"
+ELIDED_HOOKS = "    ...                       # validate, dims, batch_sampler, eval_splits: docs/EXTENDING.md section 2\n"
 
 # What each block's comments promise, checked in the same process right after it.
 CHECKS = {
@@ -55,7 +55,9 @@ def filled(block: str) -> str:
     hooks = [n for n in classes["Repeat"].body if isinstance(n, ast.FunctionDef)]
     hook_source = "\n".join("    " + ast.get_source_segment(source, n).replace("\n", "\n    ") for n in hooks)
     block = block.replace(ELIDED_FIELDS, "".join(f"    {field}\n" for field in fields))
-    block = block.replace(ELIDED_HOOKS, '    knobs = ("task.n_train_strings",)\n' + hook_source + "\n")
+    attributes = [ast.get_source_segment(source, n) for n in classes["Repeat"].body if isinstance(n, ast.Assign)]
+    attributes = [line for line in attributes if not line.startswith(("name", "config"))]  # the example's own
+    block = block.replace(ELIDED_HOOKS, "".join(f"    {line}\n" for line in attributes) + hook_source + "\n")
     return "import torch\nfrom headsweep import Batch, require\n" + block
 
 
@@ -92,5 +94,6 @@ def test_the_register_example_is_filled_in_only_where_it_elides():
     full = filled(block)
     kept = [line for line in block.splitlines() if line.strip() and not line.strip().startswith("...")]
     assert all(line in full.splitlines() for line in kept)
-    assert "def sample(self, cfg, n, generator" in full and "n_train_strings: int = 64" in full
+    assert "def batch_sampler(self, cfgs, device" in full and "n_train_strings: int = 64" in full
+    assert 'member_fields = ("n_train_strings",)' in full
     compile(full, "API.md", "exec")

@@ -7,10 +7,15 @@ from trainables.tasks import Task
 
 
 class FloatTokens(Repeat):
-    def sample(self, cfg, n, generator, split="train", pad_to=None):
-        batch = super().sample(cfg, n, generator, split)
-        batch.tokens = batch.tokens.float()
-        return batch
+    def batch_sampler(self, cfgs, device, split="train"):
+        draw = super().batch_sampler(cfgs, device, split)
+
+        def float_tokens(n, draws):
+            batch = draw(n, draws)
+            batch.tokens = batch.tokens.float()
+            return batch
+
+        return float_tokens
 
 
 class TooLong(Repeat):
@@ -24,32 +29,26 @@ class NoOodSplit(Repeat):
 
 
 class Raises(Repeat):
-    def sample(self, cfg, n, generator, split="train", pad_to=None):
+    def batch_sampler(self, cfgs, device, split="train"):
         raise RuntimeError("the generator's table is missing")
 
 
 class RaisesWhenLong(Repeat):
     """Fine on its base config (the dry run passes), raises in a trial of a longer string."""
 
-    def sample(self, cfg, n, generator, split="train", pad_to=None):
-        if cfg.length > 4:
-            raise ValueError(f"strings longer than 4 are not supported (got {cfg.length})")
-        return super().sample(cfg, n, generator, split)
+    def batch_sampler(self, cfgs, device, split="train"):
+        if cfgs[0].length > 4:
+            raise ValueError(f"strings longer than 4 are not supported (got {cfgs[0].length})")
+        return super().batch_sampler(cfgs, device, split)
 
 
 class PackedTogether(Repeat):
     """A batch_sampler that draws every member's strings from the first member's stream: a member's batches would
     depend on what it is packed with."""
 
-    def batch_sampler(self, cfgs, device):
-        def draw(n, draws):
-            strings = 1 + draws.randint(0, cfgs[0].n_symbols, n, cfgs[0].length)[:1]  # (1, n, length): member 0's
-            batch = self.sample(cfgs[0], n, torch.Generator().manual_seed(0))
-            tokens = batch.tokens.clone()
-            tokens[:, :cfgs[0].length] = strings[0]
-            expand = lambda t: t.expand(len(cfgs), *t.shape)
-            return type(batch)(expand(tokens), expand(batch.targets), expand(batch.loss_mask), expand(batch.labels))
-        return draw
+    def batch_sampler(self, cfgs, device, split="train"):
+        draw = super().batch_sampler(cfgs, device, split)
+        return lambda n, draws: draw(n, draws)._map(lambda t, _: t[:1].expand(t.shape))  # member 0's everywhere
 
 
 class NoSample(Task):

@@ -24,6 +24,7 @@ class RunningMean(Task):
     name = "running_mean"
     config = RunningMeanConfig
     knobs = ("task.n_means",)
+    member_fields = ("n_means",)  # members of a pack may differ in it: one pool per member
     success_metric, success_above = "ood/loss", False  # the mean squared error of the guesses, at most eval.threshold
 
     def validate(self, cfg):
@@ -37,19 +38,26 @@ class RunningMean(Task):
     def input_width(self, cfg):
         return 1  # one number read per position: a continuous task
 
-    def sample(self, cfg, n, generator, split="train"):
-        if split == "train":  # a mean of the fixed pool, drawn with this trial's generator
-            pool = torch.randn(cfg.n_means, generator=torch.Generator().manual_seed(cfg.pool_seed))  # (M,)
-            means = pool[torch.randint(cfg.n_means, (n,), generator=generator)]  # (B,)
-        else:  # "fresh": a new mean, almost surely in no pool
-            means = torch.randn(n, generator=generator)  # (B,)
-        numbers = means[:, None] + cfg.spread * torch.randn(n, cfg.length, generator=generator)  # (B, T)
-        inputs = numbers[..., None]  # (B, T, 1)
-        targets = torch.roll(inputs, -1, 1)  # the next number; the last position is never scored
-        loss_mask = (torch.arange(cfg.length) < cfg.length - 1).expand(n, -1).clone()  # (B, T)
-        tokens = torch.zeros(n, cfg.length, dtype=torch.long)  # every position is of one kind
-        labels = torch.arange(cfg.length).expand(n, -1).clone()  # (B, T): how many numbers were seen, minus one
-        return Batch(tokens, targets, loss_mask, labels, inputs=inputs)
+    def batch_sampler(self, cfgs, device, split="train"):
+        cfg = cfgs[0]  # the members' configs: equal but for n_means (member_fields)
+        pools = [torch.randn(c.n_means, generator=torch.Generator().manual_seed(cfg.pool_seed)) for c in cfgs]
+        pool = torch.nn.utils.rnn.pad_sequence(pools, batch_first=True).to(device)  # (P, largest pool)
+        sizes = torch.tensor([c.n_means for c in cfgs], device=device)  # (P,)
+        scored = torch.arange(cfg.length, device=device) < cfg.length - 1  # (T,): the last position is not
+
+        def draw(n, draws):  # draws: each member's own random stream, every result (P, ...), float64
+            if split == "train":  # a mean of the member's pool
+                means = pool.gather(1, draws.randint(0, sizes, n))  # (P, n)
+            else:  # "fresh": a new mean, almost surely in no pool
+                means = draws.normal(n).float()  # (P, n)
+            numbers = means[..., None] + cfg.spread * draws.normal(n, cfg.length).float()  # (P, n, T)
+            inputs = numbers[..., None]  # (P, n, T, 1)
+            targets = torch.roll(inputs, -1, -2)  # the next number
+            tokens = torch.zeros(numbers.shape, dtype=torch.long, device=device)  # every position is of one kind
+            labels = torch.arange(cfg.length, device=device).expand(numbers.shape).clone()  # numbers seen, minus one
+            return Batch(tokens, targets, scored.expand(numbers.shape).clone(), labels, inputs=inputs)
+
+        return draw
 
     def eval_splits(self, cfg):
         return {"id": "train", "ood": "fresh"}

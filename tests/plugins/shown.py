@@ -1,21 +1,22 @@
-"""The repeat task (repeat.py) shown two ways, for tests/unit/test_task_view.py: SHOWN with a view of its own (how a
-task says how it is shown), LEGACY with its presentation set on the Task class itself, as tasks written before views
-did (still honoured, docs/EXTENDING.md). This module is also LEGACY's figures module (all_figures, all_images, NOTE)."""
+"""The repeat task (repeat.py) with a view of its own, for tests/unit/test_task_view.py: how a task says how it is
+shown. This module is also the view's figures module (all_figures, all_images, NOTE): the default attention patterns
+and a mark of its own."""
 import numpy as np
 from matplotlib.figure import Figure
 
 from tests.plugins.repeat import Repeat
-from trainables.tasks import Panel, PanelSection, TaskView
+from trainables import pattern_figures
+from trainables.tasks import TaskView
 
-NOTE = "Marks drawn by the figures module a task named on its Task class."
+NOTE = "Drawn by the view of the repeat task."
 
 
 def all_figures(arrays):
-    return {"legacy/module_mark": Figure()}
+    return pattern_figures.all_figures(arrays) | {"shown/mark": Figure()}
 
 
 def all_images(arrays):
-    return {"legacy/module_mark": (np.zeros((2, 2, 3), np.uint8), "a mark")}
+    return pattern_figures.all_images(arrays) | {"shown/mark": (np.zeros((2, 2, 3), np.uint8), "a mark")}
 
 
 class ShownView(TaskView):
@@ -23,24 +24,11 @@ class ShownView(TaskView):
     table_columns = headline + ("steps",)
     short_names = {"ood/acc": "copies"}
     diversity_label = "distinct strings"
-    figure_note = "Drawn by the view of the repeat task."
-
-    def images(self, arrays):  # beside the default attention patterns
-        return super().images(arrays) | {"shown/mark": (np.zeros((2, 2, 3), np.uint8), "a mark")}
+    figures_module = "tests.plugins.shown"
 
 
 class Shown(Repeat):
     view = ShownView
 
 
-class Legacy(Repeat):
-    headline = ("ood/acc", "id/loss", "data/n_train_strings")
-    short_names = {"ood/acc": "copies"}
-    dashboard = (PanelSection("Only this", "The one section the task set.", (Panel("line", ("id/loss",), "id/loss"),)),)
-    figures_module = "tests.plugins.shown"
-
-    def figures(self, arrays):
-        return {"legacy/override": Figure()}
-
-
-SHOWN, LEGACY = Shown(), Legacy()
+SHOWN = Shown()

@@ -32,7 +32,7 @@ TEXT = BigramTriggerConfig(seq_len=64, test_len=96, n_triggers=4, n_train_output
 
 
 def draw(cfg, n, split="train", seed=0):
-    return data.sample(cfg, n, torch.Generator().manual_seed(seed), split)
+    return TASK.sample(cfg, n, torch.Generator().manual_seed(seed), split)
 
 
 def draws(seed=0) -> GeneratorDraws:
@@ -184,19 +184,19 @@ def test_the_members_of_a_pack_differ_in_their_output_pools_only():
 @pytest.mark.parametrize("settings", PACKED.values(), ids=PACKED.keys())
 def test_a_member_draws_the_same_batches_whatever_it_is_packed_with(settings):
     members = [dataclasses.replace(cfg, **settings) for cfg in MEMBERS]
-    batch = assert_drawn_as_alone(data.train_sampler, members, KEYS, 16)
+    batch = assert_drawn_as_alone(data.sampler, members, KEYS, 16)
     assert batch.tokens.shape == (len(members), 16, SMALL.seq_len)
 
 
 def test_the_id_set_is_drawn_by_the_training_sampler():
-    trained = data.train_sampler([SMALL], "cpu")(50, draws(3)).member(0)
+    trained = data.sampler([SMALL], "cpu")(50, draws(3)).member(0)
     assert same_batches(draw(SMALL, 50, seed=3), trained)
 
 
 @pytest.mark.parametrize("outputs", data.OUTPUTS)
 def test_each_member_copies_outputs_from_its_own_pool_and_never_its_trigger(outputs):
     members = [dataclasses.replace(cfg, outputs=outputs) for cfg in MEMBERS]
-    batch = data.train_sampler(members, "cpu")(64, Streams(KEYS))
+    batch = data.sampler(members, "cpu")(64, Streams(KEYS))
     for p, cfg in enumerate(members):
         mine, pool = batch.member(p), data.output_pool(cfg, "train")
         recalled = mine.labels >= 1  # the targets that followed a trigger
@@ -221,7 +221,7 @@ def test_sampled_triggers_are_distributed_as_draws_without_replacement():
 
 
 def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back():
-    counts = draw_op_counts(data.train_sampler, [[MEMBERS[p % len(MEMBERS)] for p in range(members)]
+    counts = draw_op_counts(data.sampler, [[MEMBERS[p % len(MEMBERS)] for p in range(members)]
                                                  for members in (1, 8, 64)], 16)
     assert counts[0] == counts[1] == counts[2]
     assert counts[0]["aten.searchsorted.Tensor"] <= SMALL.seq_len + 3  # one per time step of the chain
@@ -231,7 +231,7 @@ def test_a_draw_traces_as_one_graph():
     """fullgraph=True fails on any graph break: a value read back, data-dependent control flow. The eager backend
     compiles no kernels, and a short sequence keeps the unrolled chain small."""
     cfgs = [dataclasses.replace(cfg, seq_len=8) for cfg in MEMBERS[:3]]
-    sampler = data.train_sampler(cfgs, "cpu")
+    sampler = data.sampler(cfgs, "cpu")
     traced = torch.compile(sampler, fullgraph=True, backend="eager")(8, Streams(KEYS[:3]))
     assert same_batches(traced, sampler(8, Streams(KEYS[:3])))
 

@@ -108,8 +108,8 @@ def test_the_members_of_a_pack_differ_in_their_data_distribution_only():
 
 
 def test_a_member_draws_the_same_batches_whatever_it_is_packed_with():
-    together, streams = data.train_sampler(MEMBERS, "cpu"), Streams(KEYS)
-    alone = [(data.train_sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(MEMBERS, KEYS)]
+    together, streams = data.sampler(MEMBERS, "cpu"), Streams(KEYS)
+    alone = [(data.sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(MEMBERS, KEYS)]
     for _ in range(2):  # the streams advance alike
         batch = together(32, streams)
         assert batch.inputs.shape == (len(MEMBERS), 32, 9, SMALL.dim + 1)
@@ -128,14 +128,14 @@ def test_a_member_draws_the_same_batches_whatever_it_is_packed_with():
 
 
 def test_the_id_set_is_drawn_by_the_training_sampler():
-    trained = data.train_sampler([SMALL], "cpu")(20, GeneratorDraws(torch.Generator().manual_seed(3))).member(0)
+    trained = data.sampler([SMALL], "cpu")(20, GeneratorDraws(torch.Generator().manual_seed(3))).member(0)
     batch = draw(SMALL, 20, 3)
     assert same_batches(batch, trained) and torch.equal(batch.inputs, trained.inputs)
 
 
 def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back():
     populations = [[MEMBERS[p % len(MEMBERS)] for p in range(members)] for members in (1, 5, 16)]
-    found = draw_op_counts(data.train_sampler, populations, 16)
+    found = draw_op_counts(data.sampler, populations, 16)
     assert found[0] == found[1] == found[2]
 
 

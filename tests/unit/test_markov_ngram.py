@@ -33,7 +33,7 @@ SMALL = MarkovNgramConfig(vocab_size=3, order=3, alpha=0.3, seq_len=20, pool_siz
 
 
 def draw(cfg, n, split="train", seed=0, pad_to=None):
-    return data.sample(cfg, n, torch.Generator().manual_seed(seed), split, pad_to)
+    return TASKS["markov_ngram"].sample(cfg, n, torch.Generator().manual_seed(seed), split, pad_to)
 
 
 def uniforms(shape, seed):
@@ -208,13 +208,13 @@ def test_the_members_of_a_pack_differ_in_their_data_distribution_only():
 
 
 def test_a_member_draws_the_same_batches_whatever_it_is_packed_with():
-    batch = assert_drawn_as_alone(data.train_sampler, MEMBERS, KEYS, 32)
+    batch = assert_drawn_as_alone(data.sampler, MEMBERS, KEYS, 32)
     assert batch.tokens.shape == (len(MEMBERS), 32, SMALL.seq_len)
 
 
 def test_the_id_set_is_drawn_by_the_training_sampler():
     for cfg in MEMBERS[:2]:  # a pool, fresh tables
-        trained = data.train_sampler([cfg], "cpu")(50, GeneratorDraws(torch.Generator().manual_seed(3))).member(0)
+        trained = data.sampler([cfg], "cpu")(50, GeneratorDraws(torch.Generator().manual_seed(3))).member(0)
         assert same_batches(draw(cfg, 50, seed=3), trained)
 
 
@@ -232,7 +232,7 @@ def test_each_member_draws_from_its_own_pool_or_fresh_tables():
     pool table it names as under the likeliest (near-deterministic rows, alpha 0.05: under a wrong table a sequence
     mostly loses tens to thousands of nats; it may not, when the chain settles where two tables agree)."""
     members = [replace(cfg, alpha=0.05, seq_len=40) for cfg in MEMBERS]
-    batch = data.train_sampler(members, "cpu")(200, Streams(KEYS))
+    batch = data.sampler(members, "cpu")(200, Streams(KEYS))
     for p, cfg in enumerate(members):
         mine = batch.member(p)
         table = mine.info["table"]
@@ -254,7 +254,7 @@ def test_each_member_draws_from_its_own_pool_or_fresh_tables():
 def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back(sizes, counts):
     populations = [[replace(SMALL, pool_size=sizes[p % len(sizes)], alpha=(0.3, 1.5)[p % 2]) for p in range(members)]
                    for members in counts]
-    found = draw_op_counts(data.train_sampler, populations, 16)
+    found = draw_op_counts(data.sampler, populations, 16)
     assert found[0] == found[1] == found[2]
 
 
@@ -265,7 +265,7 @@ def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_no
 def test_a_draw_traces_as_one_graph(cfgs):
     """fullgraph=True fails on any graph break: a value read back, data-dependent control flow. The eager backend
     compiles no kernels, and a short sequence keeps the unrolled chain small."""
-    sampler, keys = data.train_sampler(cfgs, "cpu"), KEYS[:len(cfgs)]
+    sampler, keys = data.sampler(cfgs, "cpu"), KEYS[:len(cfgs)]
     traced = torch.compile(sampler, fullgraph=True, backend="eager")(8, Streams(keys))
     assert same_batches(traced, sampler(8, Streams(keys)))
 

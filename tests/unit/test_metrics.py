@@ -7,6 +7,7 @@ import torch
 from trainables.tasks.trigger_copy import metrics
 from trainables.train import loss_and_accuracy
 from trainables.tasks import Batch
+from trainables.tasks.trigger_copy import TASK
 from trainables.tasks.trigger_copy import data as tc
 from trainables.tasks.lengths import LengthsConfig
 from trainables.tasks.trigger_copy.data import TriggerCopyConfig
@@ -16,7 +17,7 @@ NEVER = -1  # a prediction no token equals
 
 
 def draw(split, n, seed=0):
-    return tc.sample(CFG, n, torch.Generator().manual_seed(seed), split)
+    return TASK.sample(CFG, n, torch.Generator().manual_seed(seed), split)
 
 
 def subset(batch: Batch, mask: torch.Tensor) -> Batch:

@@ -24,7 +24,7 @@ CFG = MixedNgramConfig(n_lazy_tokens=4, n_icl_tokens=12, seq_len=24, alpha=0.4, 
 
 
 def draw(cfg, n, split="train", seed=0, pad_to=None):
-    return mx.sample(cfg, n, torch.Generator().manual_seed(seed), split, pad_to)
+    return TASKS["mixed_ngram"].sample(cfg, n, torch.Generator().manual_seed(seed), split, pad_to)
 
 
 def sequences(batch) -> torch.Tensor:
@@ -144,18 +144,18 @@ def test_the_members_of_a_pack_differ_in_distributions_only():
 
 
 def test_a_member_draws_the_same_batches_whatever_it_is_packed_with():
-    batch = assert_drawn_as_alone(mx.train_sampler, MEMBERS, KEYS, 64)
+    batch = assert_drawn_as_alone(mx.sampler, MEMBERS, KEYS, 64)
     assert batch.tokens.shape == (len(MEMBERS), 64, CFG.seq_len)
 
 
 def test_the_id_set_is_drawn_by_the_training_sampler():
     generator = torch.Generator().manual_seed(3)
-    trained = mx.train_sampler([CFG], "cpu")(50, GeneratorDraws(generator)).member(0)
+    trained = mx.sampler([CFG], "cpu")(50, GeneratorDraws(generator)).member(0)
     assert same_batches(draw(CFG, 50, seed=3), trained)
 
 
 def test_each_member_draws_from_its_own_distribution():
-    batch = mx.train_sampler(MEMBERS, "cpu")(4000, Streams(KEYS))
+    batch = mx.sampler(MEMBERS, "cpu")(4000, Streams(KEYS))
     for p, cfg in enumerate(MEMBERS):
         mine = batch.member(p)
         in_context, period = mine.info["in_context"] == 1, mine.info["period"]
@@ -175,7 +175,7 @@ def test_each_member_draws_from_its_own_distribution():
 
 
 def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back():
-    counts = draw_op_counts(mx.train_sampler, [[MEMBERS[p % len(MEMBERS)] for p in range(members)]
+    counts = draw_op_counts(mx.sampler, [[MEMBERS[p % len(MEMBERS)] for p in range(members)]
                                                for members in (1, 8, 64)], 16)
     assert counts[0] == counts[1] == counts[2]
 
@@ -185,7 +185,7 @@ def test_a_draw_traces_as_one_graph():
     compiles no kernels, and a short sequence keeps the unrolled chain small."""
     cfgs = [dataclasses.replace(cfg, seq_len=8, n_icl_tokens=6, period_low=2, period_high=3, ood_period_high=4)
             for cfg in MEMBERS[:3]]
-    sampler = mx.train_sampler(cfgs, "cpu")
+    sampler = mx.sampler(cfgs, "cpu")
     traced = torch.compile(sampler, fullgraph=True, backend="eager")(8, Streams(KEYS[:3]))
     assert same_batches(traced, sampler(8, Streams(KEYS[:3])))
 

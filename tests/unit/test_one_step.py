@@ -8,7 +8,6 @@ import torch
 from trainables import config
 from trainables.models import one_step
 from trainables.models.one_step import OneHotOneStepModel, OneStepModel
-from trainables.tasks.trigger_copy.data import sample
 from trainables.tasks import task_of
 from trainables.population import Batches
 from trainables.train import init_state, step, train

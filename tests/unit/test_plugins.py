@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import reads_inputs
 from tests.unit.test_registries import load as small
 from trainables import config, readouts, registry
 from trainables.errors import ConfigError
 from trainables.models import MODELS
-from trainables.tasks import TASKS, Batch, Task, view_of
+from trainables.tasks import TASKS, Batch, Task, is_continuous, view_of
 from trainables.train import train
 
 REPEAT, MIXER = "tests.plugins.repeat:TASK", "tests.plugins.mean_mixer:SPEC"
@@ -124,7 +123,7 @@ def test_an_unknown_name_lists_what_is_available_closest_first(site):
     ("tests.plugins.repeat:NOPE", MIXER, r"task\.name: .*: module tests\.plugins\.repeat has no attribute NOPE"),
     ("tests.plugins.broken:NOT_A_TASK", MIXER, r"task\.name: .* is a object, not a trainables\.tasks\.Task"),
     ("tests.plugins.repeat:Repeat", MIXER, r"task\.name: .* is the class Repeat; name an instance of it"),
-    ("tests.plugins.broken:NO_SAMPLE", MIXER, r"task\.name: .*: does not implement sample$"),
+    ("tests.plugins.broken:NO_SAMPLE", MIXER, r"task\.name: .*: does not implement batch_sampler$"),
     ("tests.plugins.broken:FLOAT_TOKENS", MIXER, r"task\.name: repeat: sample\(split='train'\): tokens must be a "
                                                  r"\(B, T\) torch\.long tensor, got \(3, 12\) torch\.float32"),
     ("tests.plugins.broken:TOO_LONG", MIXER, r"task\.name: repeat: sample\(split='train'\): 12 positions, but dims\(\) "
@@ -173,7 +172,7 @@ def test_a_task_with_only_the_required_hooks_gets_working_defaults():
     assert Task.diversity(task, cfg.task) == task.diversity(cfg.task)
 
 
-@pytest.mark.parametrize("task", [t for t in TASKS.builtins if not reads_inputs(TASKS[t])] + [REPEAT])
+@pytest.mark.parametrize("task", [t for t in TASKS.builtins if not is_continuous(TASKS[t])] + [REPEAT])
 def test_a_model_without_attention_trains_and_reads_out_on_every_task(task):
     """The tasks' attention probes are absent, not a crash; so are the attention arrays and figures (every token task:
     the mixer reads token ids)."""

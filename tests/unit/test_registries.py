@@ -9,10 +9,10 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from tests.conftest import CONFIGS, reads_inputs
+from tests.conftest import CONFIGS
 from trainables import config, readouts
 from trainables.models import MODELS
-from trainables.tasks import TASKS, Batch, view_of
+from trainables.tasks import TASKS, Batch, is_continuous, view_of
 from trainables.train import checkpoint, evaluate, init_state, restore, step, train
 
 SMALL = {"transformer": ["model.n_layers=2"], "one_step": ["model.n_samples_V=64", "model.n_samples_KQ=64"]}
@@ -23,7 +23,7 @@ def load(task: str, model: str, *overrides: str) -> config.Config:
     """The task's section of configs/debug_<task>.yaml (small and fast) when there is one, else its defaults."""
     debug = CONFIGS / f"debug_{task}.yaml"
     section = yaml.safe_load(debug.read_text())["task"] if debug.exists() else {"name": task}
-    reads = READ_INPUTS.get(model, []) if reads_inputs(TASKS[task]) else []
+    reads = READ_INPUTS.get(model, []) if is_continuous(TASKS[task]) else []
     return config.from_layers([OmegaConf.create({"task": section, "model": {"name": model}}),
                                OmegaConf.from_dotlist(reads + list(overrides))])
 
@@ -50,8 +50,8 @@ def test_every_split_samples_a_consistent_batch_and_pads(name):
         assert isinstance(batch, Batch)
         B, T = batch.tokens.shape
         assert B == 16 and T <= n_ctx and batch.loss_mask.shape == batch.labels.shape == (B, T)
-        if batch.inputs is None:  # token ids, and their targets
-            assert batch.tokens.max() < d_vocab and batch.tokens.min() >= 0 and batch.targets.shape == (B, T)
+        if not is_continuous(task):  # token ids, and their targets
+            assert batch.inputs is None and batch.tokens.max() < d_vocab and batch.tokens.min() >= 0 and batch.targets.shape == (B, T)
         else:  # real-valued inputs and targets (d_vocab is the output width)
             assert batch.inputs.shape == (B, T, task.input_width(cfg)) and batch.targets.shape == (B, T, d_vocab)
         assert batch.loss_mask.any(1).all()  # every sequence is scored somewhere
@@ -87,7 +87,7 @@ def test_a_step_evaluates_and_a_checkpoint_restores_exactly(task, model):
     batch = spec.sample(cfg.task, state.phase().batch_size, state.generator)
     assert math.isfinite(step(state, batch)) and state.step == 1
     metrics = evaluate(state.model, eval_sets, cfg)
-    accuracy = set() if reads_inputs(spec) else {"id/acc", "ood/acc"}  # a continuous task's loss is its MSE alone
+    accuracy = set() if is_continuous(spec) else {"id/acc", "ood/acc"}  # a continuous task's loss is its MSE alone
     assert {"id/loss", "ood/loss", spec.success_metric, "ood/success"} | accuracy <= set(metrics)
     assert accuracy or not [k for k in metrics if k.endswith("/acc")]
     saved = copy.deepcopy(checkpoint(state, metrics, 0.0))

@@ -1,14 +1,15 @@
 """How a task is shown (trainables/tasks/view.py), apart from what it is: the defaults a task without a view gets,
-the views of the built-ins in their own folders, a plugin that still sets its presentation on its Task class, and
-every place that shows a task (the one-line summary, the report, the W&B media) asking view_of."""
+the views of the built-ins in their own folders, and every place that shows a task (the one-line summary, the report,
+the W&B media) asking view_of. A plugin that still sets its presentation on its Task class:
+tests/unit/test_legacy_plugins.py."""
 import numpy as np
 import pytest
 
 from tests.plugins.repeat import Repeat
-from tests.plugins.shown import LEGACY, SHOWN, ShownView
+from tests.plugins.shown import SHOWN, ShownView
 from trainables import readouts
 from trainables.tasks import TASKS, Task, TaskView, view_of
-from trainables.tasks.view import TASK_ATTRIBUTES
+from trainables.tasks.legacy import PRESENTATION
 
 
 def test_a_task_without_a_view_is_shown_from_its_success_metric_and_diversity_axis():
@@ -28,7 +29,7 @@ def test_a_task_without_a_view_is_shown_from_its_success_metric_and_diversity_ax
 
 
 def test_the_core_task_says_nothing_of_how_it_is_shown():
-    assert not [name for name in TASK_ATTRIBUTES if hasattr(Task, name)]
+    assert not [name for name in PRESENTATION if hasattr(Task, name)]
 
 
 @pytest.mark.parametrize("name", list(TASKS.builtins))
@@ -36,21 +37,11 @@ def test_a_builtin_task_finds_its_view_in_its_own_folder(name):
     view = view_of(TASKS[name])
     assert type(view).__module__ == f"trainables.tasks.{name}.view" and view.task is TASKS[name]
     assert view.figures_module == f"trainables.tasks.{name}.figures" and view.figure_note
-    assert TASKS[name].headline == view.headline  # read off the task, as code from before views does
-
-
-def test_a_plugin_that_sets_its_presentation_on_its_task_class_is_shown_as_before():
-    view = view_of(LEGACY)
-    assert view.headline == LEGACY.headline == ("ood/acc", "id/loss", "data/n_train_strings") == view.table_columns
-    assert view.short_names == {"ood/acc": "copies"} and view.dashboard is LEGACY.dashboard
-    assert set(view.figures({})) == {"legacy/override"}  # its figures() override
-    assert set(view.images({})) == {"legacy/module_mark"} and view.figure_note.startswith("Marks")  # figures_module
-    assert LEGACY.table_columns == view.table_columns and LEGACY.figure_note == view.figure_note
 
 
 def test_a_view_of_its_own_wins_and_reads_its_task():
     view = view_of(SHOWN)
-    assert isinstance(view, ShownView) and view.task is SHOWN and SHOWN.headline == ("ood/acc", "id/loss")
+    assert isinstance(view, ShownView) and view.task is SHOWN and view.headline == ("ood/acc", "id/loss")
     assert [p.metrics for p in view.dashboard[0].panels][:2] == [("ood/acc",), ("id/loss",)]  # default, its headline
 
 
@@ -59,7 +50,8 @@ def test_the_wandb_workspace_pins_the_views_headline_and_shows_its_dashboard():
 
     pinned = workspace.workspace(SHOWN, "team", "p").runset_settings.pinned_columns
     assert pinned == ["run:displayName", "summary:ood/acc", "summary:id/loss", "summary:status"]
-    assert [name for name, _, _ in workspace.sections(LEGACY)] == ["Only this", "Learning rate"]  # and every task's
+    legacy = TASKS["tests.plugins.legacy:SHOWN_ON_ITS_TASK"]  # its presentation set on its Task class, adapted
+    assert [name for name, _, _ in workspace.sections(legacy)] == ["Only this", "Learning rate"]  # and every task's
 
 
 def test_the_summary_line_the_report_and_the_wandb_media_show_what_the_view_says(tmp_path, capsys):

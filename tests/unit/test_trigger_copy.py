@@ -5,6 +5,7 @@ from collections import Counter
 import pytest
 import torch
 
+from trainables.tasks.trigger_copy import TASK
 from trainables.tasks.trigger_copy import data as tc
 from trainables.tasks.lengths import LengthsConfig, distribution
 from trainables.tasks.trigger_copy.data import FILLER, OUTPUT, PAD, QUERY, TRIGGER, TriggerCopyConfig
@@ -19,7 +20,7 @@ CONFIGS = {
 
 
 def draw(cfg, n, split="train", seed=0):
-    return tc.sample(cfg, n, torch.Generator().manual_seed(seed), split)
+    return TASK.sample(cfg, n, torch.Generator().manual_seed(seed), split)
 
 
 def check_geometry(cfg: TriggerCopyConfig, batch) -> None:
@@ -113,7 +114,7 @@ def test_pad_to_widens_the_batch_without_changing_a_draw(split):
     """Members of one shape batch together: padding to a fixed width changes no token, label or target."""
     cfg = CONFIGS["paper"]
     plain = draw(cfg, 64, split, seed=5)
-    padded = tc.sample(cfg, 64, torch.Generator().manual_seed(5), split, pad_to=cfg.max_len - 1)
+    padded = TASK.sample(cfg, 64, torch.Generator().manual_seed(5), split, pad_to=cfg.max_len - 1)
     width = plain.tokens.shape[1]
     assert padded.tokens.shape == (64, cfg.max_len - 1)
     for name in ("tokens", "labels", "targets", "loss_mask"):
@@ -121,7 +122,7 @@ def test_pad_to_widens_the_batch_without_changing_a_draw(split):
     assert (padded.labels[:, width:] == PAD).all() and not padded.loss_mask[:, width:].any()
     assert torch.equal(padded.scored_targets(), plain.scored_targets())
     with pytest.raises(ValueError, match="cannot pad"):
-        tc.sample(cfg, 64, torch.Generator().manual_seed(5), split, pad_to=width - 1 if width > 5 else 4)
+        TASK.sample(cfg, 64, torch.Generator().manual_seed(5), split, pad_to=width - 1 if width > 5 else 4)
 
 
 @pytest.mark.parametrize("split", tc.SPLITS)

@@ -4,14 +4,15 @@
 A task is an instance of a Task subclass: a built-in is one folder under trainables/tasks/ whose package exposes
 TASK; a plugin's lives in its own package, found by entry point or module path (trainables/registry.py). Training,
 the sweeps, W&B and the reports know tasks only through this interface: the config dataclass and its validation,
-the generator (`sample` -> Batch with per-position labels and a loss mask), the evaluation splits and their metrics,
-the diversity measures (`data/*`), the success metric and the theory's reference lines. How a task is shown (its
-figures, W&B panels, headline columns) is its view's, apart from this protocol (view.py). `task.name` in a config
-picks one.
+the generator (`batch_sampler`, from which `sample` is derived: Batches with per-position labels and a loss mask),
+the evaluation splits and their metrics, the diversity measures (`data/*`), the success metric and the theory's
+reference lines. How a task is shown (its figures, W&B panels, headline columns) is its view's, apart from this
+protocol (view.py). `task.name` in a config picks one.
 """
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -21,8 +22,8 @@ import numpy as np
 import torch
 
 from trainables.registry import Registry
-from trainables.streams import Draws
-from trainables.tasks.view import TASK_ATTRIBUTES, Panel, PanelSection, TaskView, view_of  # noqa: F401 (public)
+from trainables.streams import Draws, GeneratorDraws
+from trainables.tasks.view import Panel, PanelSection, TaskView, view_of  # noqa: F401 (public)
 
 
 PAD_LABEL = -1  # the per-position label of padding, in every task
@@ -65,7 +66,7 @@ class Batch:
     """Sequences of one task, right-padded to one width; the loss and accuracy read `targets` where `loss_mask`.
 
     A token task's model reads `tokens` and predicts `targets`, token ids, through cross-entropy. A continuous task
-    (Task.input_width) sets `inputs`, which its model reads instead, and real-valued `targets`, scored by mean squared
+    (is_continuous) sets `inputs`, which its model reads instead, and real-valued `targets`, scored by mean squared
     error; its `tokens` then say what each position is (the task's own code, e.g. 0 at an x and 1 at a y)."""
 
     tokens: torch.Tensor  # (B, T) long
@@ -126,13 +127,15 @@ class Batch:
 
 
 class Task:
-    """What a task must say about itself: the public API of a task plugin (docs/EXTENDING.md).
+    """What a task must say about itself: the public API of a task plugin (docs/EXTENDING.md, whose table lists
+    what a plugin must define and what it may).
 
     Required: `name`, `config` (a dataclass with a `name` field: the `task:` section's schema) and the methods
-    `validate`, `dims`, `sample` and `eval_splits` (with an `id` and an `ood` split). Every other attribute and
-    method has a default that works: no diversity measures (the first knob's own value is the diversity axis), and
-    the default view (view.py: headline columns and a W&B dashboard from the success metric and the diversity axis,
-    figures of the model's attention patterns).
+    `validate`, `dims`, `batch_sampler` (the one sampling hook: `sample` is derived from it) and `eval_splits` (with an
+    `id` and an `ood` split). Every other attribute and method has a default that works: no diversity measures (the
+    first knob's own value is the diversity axis), and the default view (view.py). How a task is shown is its view's
+    alone: a plugin written before views, or before batch_sampler took a split, is adapted once where it is
+    registered (legacy.py), never by attribute lookups between the two.
 
     Keys in ConfigErrors are full dotted keys (`task.n_triggers`), so every message names what a user typed.
     """
@@ -142,8 +145,8 @@ class Task:
     success_metric: str = "ood/acc"  # what "generalizes OOD" is read from, against eval.threshold
     success_above: bool = True  # success when the metric is >= the threshold (False: <=, e.g. a loss gap)
     knobs: tuple[str, ...] = ()  # config keys that set the training data's diversity (a search's knob is one of them)
-    member_fields: tuple[str, ...] = ()  # task config fields the members of one pack may differ in, where the task
-    # has a batch_sampler (members that differ in any other field are packed apart: population.pack_key)
+    member_fields: tuple[str, ...] = ()  # task config fields the members of one pack may differ in (batch_sampler
+    # draws them at once; members that differ in any other field are packed apart: population.pack_key)
     view: type[TaskView] = TaskView  # how the task is shown: a TaskView subclass in its own folder (view.py)
 
     # Defaults derived from the attributes above; a task overrides any of them with a plain class attribute.
@@ -161,13 +164,6 @@ class Task:
         """Whether a smaller diversity_axis means more diverse (a ratio: yes; a count, like a knob's value: no)."""
         return False
 
-    def __getattr__(self, name: str):
-        # How a task is shown is its view's; code written before views read it off the task (`task.headline`), and
-        # still may. Python asks here only for what the task lacks, so a task's own headline is never shadowed.
-        if name in TASK_ATTRIBUTES:
-            return getattr(view_of(self), name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     # --- config -------------------------------------------------------------------------------------------------
     def resolve(self, cfg) -> None:
         """Fill derived fields in place before validation (e.g. a width that sets an upper bound)."""
@@ -181,8 +177,9 @@ class Task:
         raise NotImplementedError
 
     def input_width(self, cfg) -> int | None:
-        """d_in of a continuous task, whose batches carry real-valued `inputs` (B, T, d_in) and `targets`
-        (B, T, d_out) with d_out = dims()[0]; None, the default: a token task, its model reads token ids."""
+        """d_in of a continuous task (is_continuous: a task that overrides this), whose batches carry real-valued
+        `inputs` (B, T, d_in) and `targets` (B, T, d_out) with d_out = dims()[0]; None, the default: a token task,
+        its model reads token ids."""
         return None
 
     def query_only(self, cfg) -> bool:
@@ -195,22 +192,27 @@ class Task:
         return self.dims(cfg)[1]
 
     # --- data ---------------------------------------------------------------------------------------------------
-    def sample(self, cfg, n: int, generator: torch.Generator, split: str = "train") -> Batch:
-        """n sequences of `split`, drawn only from `generator`, right-padded to the longest (training pads batches of
-        a pack to one width itself, Batch.padded; the built-ins also take `pad_to=`, for their tests)."""
+    def batch_sampler(self, cfgs: list, device, split: str = "train") -> Callable[[int, Draws], Batch]:
+        """The one sampling hook: draw(n, draws) -> a Batch of (P, n, ...) tensors of `split`, member p's drawn from
+        draws' stream p only (trainables/streams.py). cfgs: the members' task configs, P of them for the train split
+        (a pack's, equal but for `member_fields`), one for an evaluation split (sample()). Do the per-member work
+        here, once ((P, ...) tensors on `device`); a draw pads every member to one width fixed by cfgs, runs the same
+        operations whatever P and reads no value back to the host, so a packed trial draws at a GPU's pace."""
         raise NotImplementedError
+
+    def sample(self, cfg, n: int, generator: torch.Generator, split: str = "train", pad_to: int | None = None) -> Batch:
+        """n sequences of `split`, drawn only from `generator` by batch_sampler with one member, so the `id`
+        evaluation set is drawn exactly as training batches are; cut to the longest sequence (its last position not
+        labelled PAD_LABEL), then right-padded to `pad_to` positions when given (training pads a pack's batches to one
+        width itself, Batch.padded). Derived, not a hook: a task defines batch_sampler."""
+        batch = self.batch_sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
+        used = (batch.labels != PAD_LABEL).any(0)  # (T,): positions some sequence fills
+        batch = batch.cropped(int(used.cumsum(0).argmax()) + 1)  # the first maximum of the cumsum: the last one used
+        return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
 
     def eval_splits(self, cfg) -> dict[str, str]:
         """Metric prefix -> split of the fixed evaluation sets, e.g. {"id": "train", "ood": "displaced"}."""
         raise NotImplementedError
-
-    def batch_sampler(self, cfgs: list, device) -> Callable[[int, Draws], Batch] | None:
-        """Optional, for packing at a GPU's pace: the training batches of P members drawn at once. cfgs: the members'
-        task configs, equal but for `member_fields`; returns draw(n, draws) -> a Batch whose tensors are (P, n, ...),
-        member p's drawn from draws' stream p only (trainables/streams.py), every member padded to one width fixed by
-        cfgs, with the same operations whatever the member count and no value read back to the host. None, the
-        default: each member's batch is its own sample(), drawn and stacked one member after another."""
-        return None
 
     # --- measurements -------------------------------------------------------------------------------------------
     def metrics(self, cfg, prefix: str, batch: Batch, logits: torch.Tensor, cache: dict) -> dict[str, float]:
@@ -261,14 +263,21 @@ class Task:
 
 
 # The built-ins, named as a plugin package names its tasks in its entry points (trainables/registry.py).
-TASKS = Registry("task", Task, required=("validate", "dims", "sample", "eval_splits"), builtins={
+TASKS = Registry("task", Task, required=("validate", "dims", "batch_sampler", "eval_splits"), builtins={
     "trigger_copy": "trainables.tasks.trigger_copy:TASK",
     "bigram_trigger": "trainables.tasks.bigram_trigger:TASK",
     "markov_ngram": "trainables.tasks.markov_ngram:TASK",
     "mixed_ngram": "trainables.tasks.mixed_ngram:TASK",
     "linear_regression": "trainables.tasks.linear_regression:TASK",
-})
+}, adapt=lambda task: importlib.import_module("trainables.tasks.legacy").adapted(task))  # legacy.py imports this
 DEFAULT = TASKS.default
+
+
+def is_continuous(task: Task) -> bool:
+    """Whether a task's data are numbers, not tokens: its models read real-valued `inputs` and its `targets` are real,
+    scored by squared error with no accuracy. A task says so by stating its input width (Task.input_width); asked of
+    the task, not of a config, so that what shows a task (its view's headline) knows it without one."""
+    return type(task).input_width is not Task.input_width
 
 
 def task_of(cfg) -> Task:

@@ -19,11 +19,6 @@ import numpy as np
 if TYPE_CHECKING:  # the Task module imports this one
     from trainables.tasks import Task
 
-# What a task written before views set on its Task class: its view still reads them there (TaskView.__getattribute__),
-# and reading them off a task still answers (Task.__getattr__).
-TASK_ATTRIBUTES = ("headline", "table_columns", "dashboard", "curve_metrics", "short_names", "diversity_label",
-                   "figures_module", "figures", "images", "figure_note")
-
 
 @dataclass(frozen=True)
 class Panel:
@@ -46,8 +41,10 @@ class PanelSection:
 
 
 class TaskView:
-    """How one task is shown. A subclass overrides any attribute with a plain class attribute or a property; `task`
-    is the task it shows, for defaults read off its metrics."""
+    """How one task is shown. A subclass overrides any of its seven hooks (headline, table_columns, dashboard,
+    curve_metrics, short_names, diversity_label, figures_module) with a plain class attribute or a property; `task` is
+    the task it shows, for defaults read off its metrics. What it draws comes from its figures_module alone:
+    `figures`, `images` and `figure_note` are read from that module, one place for a task's drawing code."""
 
     diversity_label: str = ""  # how the diversity axis reads on a figure, e.g. "R (small = diverse)"
     curve_metrics: tuple[str, ...] = ("train/loss", "ood/loss", "id/acc", "ood/acc")  # learning-curve panels
@@ -58,23 +55,13 @@ class TaskView:
     def __init__(self, task: Task):
         self.task = task
 
-    def __getattribute__(self, name: str):
-        # A task written before views said how it is shown on its Task class (headline, dashboard, figures(), ...):
-        # what it set there still wins, so such a plugin is shown as it was. The core Task defines none of these;
-        # the lookup skips Task.__getattr__, which asks the view back.
-        if name in TASK_ATTRIBUTES:
-            task = object.__getattribute__(self, "task")
-            if name in getattr(task, "__dict__", {}) or hasattr(type(task), name):
-                return getattr(task, name)
-        return object.__getattribute__(self, name)
-
     @property
     def headline(self) -> tuple[str, ...]:
         """Metrics a trial's one-line summary and the reports show first: the success metric, how well training data
         is fitted (id/acc, or a continuous task's id/loss: its MSE) and the diversity axis."""
-        from trainables.tasks import Task  # here, not at the top: trainables.tasks imports this module
+        from trainables.tasks import is_continuous  # here, not at the top: trainables.tasks imports this module
 
-        fitted = "id/acc" if type(self.task).input_width is Task.input_width else "id/loss"
+        fitted = "id/loss" if is_continuous(self.task) else "id/acc"
         return (self.task.success_metric, fitted, *(a for a in (self.task.diversity_axis,) if a))
 
     @property

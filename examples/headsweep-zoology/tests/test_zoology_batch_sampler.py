@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from headsweep_zoology import mqar
-from headsweep_zoology.data import MqarConfig, sample, train_sampler
+from headsweep_zoology.data import MqarConfig, sampler
 from trainables import config, dry_run, population
 from trainables.op_count import OpCounter
 from trainables.streams import GeneratorDraws, Streams
@@ -42,8 +42,8 @@ def test_the_members_of_a_pack_differ_in_their_keys_only():
 @pytest.mark.parametrize("teacher_forcing", [False, True])
 def test_a_member_draws_the_same_batches_whatever_it_is_packed_with(teacher_forcing):
     cfgs = [dataclasses.replace(cfg, teacher_forcing=teacher_forcing) for cfg in MEMBERS]
-    together, streams = train_sampler(cfgs, "cpu"), Streams(KEYS)
-    alone = [(train_sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(cfgs, KEYS)]
+    together, streams = sampler(cfgs, "cpu"), Streams(KEYS)
+    alone = [(sampler([cfg], "cpu"), Streams([key])) for cfg, key in zip(cfgs, KEYS)]
     for _ in range(2):  # two steps: the streams advance alike
         batch = together(64, streams)
         assert batch.tokens.shape == (len(cfgs), 64, TASK.dims(cfgs[0])[1])
@@ -54,7 +54,7 @@ def test_a_member_draws_the_same_batches_whatever_it_is_packed_with(teacher_forc
 
 
 def test_each_member_draws_its_own_training_keys():
-    batch = train_sampler(MEMBERS, "cpu")(512, Streams(KEYS))
+    batch = sampler(MEMBERS, "cpu")(512, Streams(KEYS))
     for p, cfg in enumerate(MEMBERS):
         keys = batch.member(p).tokens[:, 0 : 2 * cfg.n_pairs : 2]  # (B, n_pairs)
         assert set(keys.unique().tolist()) == set(range(1, cfg.n_train_keys + 1))  # all of 1..n_train_keys, no more
@@ -64,18 +64,18 @@ def test_each_member_draws_its_own_training_keys():
 @pytest.mark.parametrize("split", ["train", "heldout"])
 def test_the_evaluation_sets_are_drawn_by_the_training_samplers_code(split):
     """sample() is the sampler with one member drawing from a generator: the `id` set is drawn as training batches."""
-    drawn = sample(CFG, 50, torch.Generator().manual_seed(3), split)
+    drawn = TASK.sample(CFG, 50, torch.Generator().manual_seed(3), split)
     if split == "train":
-        trained = train_sampler([CFG], "cpu")(50, GeneratorDraws(torch.Generator().manual_seed(3))).member(0)
+        trained = sampler([CFG], "cpu")(50, GeneratorDraws(torch.Generator().manual_seed(3))).member(0)
         assert same_batches(drawn, trained)
-    assert not torch.equal(drawn.tokens, sample(CFG, 50, torch.Generator().manual_seed(4), split).tokens)
+    assert not torch.equal(drawn.tokens, TASK.sample(CFG, 50, torch.Generator().manual_seed(4), split).tokens)
 
 
 def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_nothing_back():
     counts = []
     for members in (1, 8, 64):
         cfgs = [MEMBERS[p % len(MEMBERS)] for p in range(members)]
-        draw, streams = train_sampler(cfgs, "cpu"), Streams(list(range(members)))
+        draw, streams = sampler(cfgs, "cpu"), Streams(list(range(members)))
         draw(16, streams)
         streams.advance()
         with OpCounter() as counter:  # a training step's draw (the first also hashes the streams' element indices)
@@ -88,7 +88,7 @@ def test_a_draw_dispatches_the_same_operations_for_any_member_count_and_reads_no
 def test_a_draw_traces_as_one_graph():
     """fullgraph=True fails on any graph break: a value read back, data-dependent control flow. The eager backend
     compiles no kernels."""
-    draw = train_sampler(MEMBERS, "cpu")
+    draw = sampler(MEMBERS, "cpu")
     traced = torch.compile(draw, fullgraph=True, backend="eager")(8, Streams(KEYS))
     assert same_batches(traced, draw(8, Streams(KEYS)))
 

@@ -9,10 +9,10 @@ import torch
 from omegaconf import OmegaConf
 
 from headsweep_zoology import mqar
-from headsweep_zoology.data import CONTEXT, QUERY, MqarConfig, pair_of_query, query_positions, sample, seq_len
+from headsweep_zoology.data import CONTEXT, QUERY, MqarConfig, pair_of_query, query_positions, seq_len
 from trainables import config
 from trainables.errors import ConfigError
-from trainables.tasks import PAD_LABEL, TASKS
+from trainables.tasks import PAD_LABEL, TASKS, view_of
 
 TASK = mqar.TASK
 CFG = MqarConfig(n_keys=20, n_values=12, n_pairs=5, n_queries=3, n_train_keys=9)
@@ -21,7 +21,7 @@ VARIANTS = [CFG, dataclasses.replace(CFG, teacher_forcing=True), dataclasses.rep
 
 
 def draw(cfg=CFG, n=64, split="train", seed=0):
-    return sample(cfg, n, torch.Generator().manual_seed(seed), split)
+    return TASK.sample(cfg, n, torch.Generator().manual_seed(seed), split)
 
 
 def pairs(cfg, batch):
@@ -44,7 +44,7 @@ def test_a_batch_has_the_shapes_dtypes_and_labels_headsweep_reads(cfg, split):
     assert (batch.loss_mask.sum(1) == cfg.n_queries).all() and not TASK.query_only(cfg)
     assert (batch.labels[:, : 2 * cfg.n_pairs] == CONTEXT).all()
     assert torch.equal(batch.loss_mask.nonzero()[:, 1].reshape(64, -1)[0], query_positions(cfg))
-    padded = sample(cfg, 64, torch.Generator().manual_seed(0), split, pad_to=n_ctx + 3)
+    padded = TASK.sample(cfg, 64, torch.Generator().manual_seed(0), split, pad_to=n_ctx + 3)
     assert padded.tokens.shape == (64, n_ctx + 3) and (padded.labels[:, n_ctx:] == PAD_LABEL).all()
     assert torch.equal(padded.scored_targets(), batch.scored_targets())
 
@@ -159,8 +159,9 @@ def test_the_task_defaults_derive_from_its_knob_and_success_metric():
     assert TASK.eval_splits(CFG).keys() == {"id", "ood"} and TASK.eval_splits(CFG)["id"] == "train"
     assert TASK.diversity_axis == "data/n_train_keys" and not TASK.small_is_diverse
     assert TASK.diversity(CFG) == {"data/n_train_keys": 9.0}
-    assert TASK.headline == ("ood/acc", "id/acc", "data/n_train_keys")
-    shown = {m for section in TASK.dashboard for panel in section.panels for m in panel.metrics}
+    view = view_of(TASK)  # how the task is shown: its view's defaults, but for the axis's name
+    assert view.headline == ("ood/acc", "id/acc", "data/n_train_keys") and view.diversity_label.startswith("distinct")
+    shown = {m for section in view.dashboard for panel in section.panels for m in panel.metrics}
     assert {"ood/acc", "id/acc", "data/n_train_keys"} <= shown  # the base class's dashboard, from the headline
     assert config.select(load_transformer(), TASK.knobs[0]) == 16  # the knob is a key of the config
 

@@ -23,7 +23,7 @@ from trainables.tasks import Batch, Task
 from trainables.tasks.bigram_trigger import metrics
 from trainables.tasks.bigram_trigger.bigram import entropy_floor, of
 from trainables.tasks.bigram_trigger.data import (BIGRAMS, LOSS_ON, OUTPUTS, RECALL, TRIGGERS, BigramTriggerConfig,
-                                                  sample, train_sampler)
+                                                  sampler)
 from trainables.tasks.bigram_trigger.view import BigramTriggerView
 
 BIGRAM_LEARNED = 0.25  # nats of bigram/excess (2.4 at initialisation) at or under which the bigram counts as learned
@@ -44,6 +44,8 @@ class BigramTrigger(Task):
     member_fields = ("n_train_outputs", "n_readout")
     diversity_axis = "data/n_train_outputs"
     small_is_diverse = False
+
+    batch_sampler = staticmethod(sampler)  # data.py's: every split, and a pack's training batches at once
 
     def validate(self, cfg: BigramTriggerConfig) -> None:
         require(
@@ -71,12 +73,6 @@ class BigramTrigger(Task):
 
     def batch_width(self, cfg: BigramTriggerConfig) -> int:
         return cfg.seq_len  # the long split's test_len is for evaluation only
-
-    def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
-        return sample(cfg, n, generator, split, pad_to)
-
-    def batch_sampler(self, cfgs, device):
-        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: BigramTriggerConfig) -> dict[str, str]:
         return {"id": "train", "ood": "heldout", "late": "late_pairs", "lengthgen": "long"}
@@ -113,7 +109,7 @@ class BigramTrigger(Task):
     def readouts(self, cfg, model, ood, generator, n_examples):
         """Accuracy (label >= 2) and previous-token attention by position on `task.n_readout` fresh sequences of the
         long split (`acc_by_position`, `prev_token_by_position` (test_len,)), and the training length."""
-        long = sample(cfg, cfg.n_readout, generator, "long").to(ood.tokens.device)
+        long = self.sample(cfg, cfg.n_readout, generator, "long").to(ood.tokens.device)
         logits, hits = [], []
         for start in range(0, cfg.n_readout, READOUT_CHUNK):
             chunk_logits, cache = model.run_with_cache(long.tokens[start:start + READOUT_CHUNK])  # (b, T, N)

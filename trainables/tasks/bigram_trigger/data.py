@@ -17,7 +17,7 @@ Splits: train (training and the `id` set), heldout (OOD outputs), late_pairs (Wa
 no trigger-output pair, in the first quarter; scored where label >= 2), long (length `test_len`, scored where label
 >= 2). Everything is drawn in a fixed order from one random source (trainables/streams.py: a member's own stream in
 training, a torch.Generator in sample()), so a batch is a function of the seed. A population's training batches are
-drawn at once (train_sampler): each member its own output pool, every other setting the pack's.
+drawn at once (sampler): each member its own output pool, every other setting the pack's.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.streams import Draws, GeneratorDraws
+from trainables.streams import Draws
 from trainables.tasks import Batch
 from trainables.tasks.bigram_trigger.bigram import Bigram, of
 
@@ -73,22 +73,6 @@ def output_pool(cfg: BigramTriggerConfig, split: str) -> torch.Tensor:
     return pool
 
 
-def sample(cfg: BigramTriggerConfig, n: int, generator: torch.Generator, split: str = "train",
-           pad_to: int | None = None) -> Batch:
-    """n sequences of `split` with per-position labels, drawn by the population sampler's code with one member (so the
-    `id` evaluation set is drawn exactly as training batches); right-padded to `pad_to` positions when given."""
-    if split not in SPLITS:
-        raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
-    batch = _sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
-    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
-
-
-def train_sampler(cfgs: list[BigramTriggerConfig], device) -> Callable[[int, Draws], Batch]:
-    """Training batches of P members at once (Task.batch_sampler): each member its own output pool (n_train_outputs);
-    the bigram, the lengths and the trigger, output and loss settings are the pack's."""
-    return _sampler(cfgs, device, "train")
-
-
 @dataclass(frozen=True)
 class Tables:
     """A bigram's tensors as a draw reads them, on the members' device: derived once per sampler, not per draw."""
@@ -120,9 +104,13 @@ class Tables:
         return len(self.pi_u)
 
 
-def _sampler(cfgs: list[BigramTriggerConfig], device, split: str) -> Callable[[int, Draws], Batch]:
-    """draw(n, draws) -> a Batch of (P, n, T) tensors of `split`. The members' pools become one (P, V) tensor on
-    `device` here, once, so a draw reads no config and copies nothing to the device."""
+def sampler(cfgs: list[BigramTriggerConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
+    """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, T) tensors of `split` with per-position labels,
+    each member its own output pool (n_train_outputs); the bigram, the lengths and the trigger, output and loss
+    settings are the pack's. The members' pools become one (P, V) tensor on `device` here, once, so a draw reads no
+    config and copies nothing to the device."""
+    if split not in SPLITS:
+        raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
     pack = cfgs[0]  # every field but the member_fields: equal in a pack
     tables = Tables.of(of(pack), device)
     pools = torch.stack([output_pool(cfg, split) for cfg in cfgs]).to(device)  # (P, V)

@@ -17,7 +17,7 @@ import torch
 from trainables.errors import require
 from trainables.tasks import Task
 from trainables.tasks.linear_regression import metrics
-from trainables.tasks.linear_regression.data import LinearRegressionConfig, n_positions, sample, train_sampler
+from trainables.tasks.linear_regression.data import LinearRegressionConfig, n_positions, sampler
 from trainables.tasks.linear_regression.view import LinearRegressionView
 
 READOUT_ID_SEQUENCES = 256  # pool-task sequences of the final readout's per-k curves: one more dMMSE pass, kept small
@@ -35,6 +35,8 @@ class LinearRegression(Task):
     # The data distribution: each member its own pool (size and seed) and noise. dim and n_points set shapes.
     member_fields = ("n_tasks", "noise", "pool_seed")
 
+    batch_sampler = staticmethod(sampler)  # data.py's: every split, and a pack's training batches at once
+
     def validate(self, cfg: LinearRegressionConfig) -> None:
         require(
             ("task.dim", cfg.dim >= 1, "must be >= 1 (x and w live in R^dim)"),
@@ -49,12 +51,6 @@ class LinearRegression(Task):
 
     def input_width(self, cfg: LinearRegressionConfig) -> int:
         return cfg.dim + 1  # [y, x]: coordinate 0 carries y, the others x
-
-    def sample(self, cfg, n, generator, split="train", pad_to=None):
-        return sample(cfg, n, generator, split, pad_to)
-
-    def batch_sampler(self, cfgs, device):
-        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: LinearRegressionConfig) -> dict[str, str]:
         """OOD first: the evaluation sets are drawn in this order from one generator, so the OOD set (fresh tasks)
@@ -72,7 +68,7 @@ class LinearRegression(Task):
         """Per-k MSE curves of the model, ridge and dMMSE on the OOD set and on READOUT_ID_SEQUENCES pool-task
         sequences drawn from `generator` (`<split>_mse_by_k`, `<split>_ridge_mse_by_k`, `<split>_dmmse_mse_by_k`,
         each (n,); `k`: 1..n)."""
-        pool_tasks = sample(cfg, READOUT_ID_SEQUENCES, generator, "train").to(ood.inputs.device)
+        pool_tasks = self.sample(cfg, READOUT_ID_SEQUENCES, generator, "train").to(ood.inputs.device)
         arrays = {"k": np.arange(1, cfg.n_points + 1)}
         for prefix, batch in (("ood", ood), ("id", pool_tasks)):
             predictions, _ = model.run_with_cache(batch.model_input, batch.query)  # (B, T, 1)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.streams import Draws, GeneratorDraws
+from trainables.streams import Draws
 from trainables.tasks import Batch
 
 SPLITS = ("train", "fresh")  # train: tasks from the pool (the `id` split too); fresh: w ~ N(0, I) per sequence
@@ -67,22 +67,6 @@ def pool_of(cfg: LinearRegressionConfig) -> torch.Tensor:
     return pool(cfg.pool_seed, cfg.n_tasks, cfg.dim)
 
 
-def sample(cfg: LinearRegressionConfig, n: int, generator: torch.Generator, split: str = "train",
-           pad_to: int | None = None) -> Batch:
-    """n sequences of `split` (train: pool tasks; fresh: w ~ N(0, I) per sequence), drawn by the population
-    sampler's code with one member, so the `id` evaluation set is drawn exactly as training batches.
-
-    info["task_index"] is each sequence's pool index (FRESH = -1 for a fresh task)."""
-    batch = _sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
-    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
-
-
-def train_sampler(cfgs: list[LinearRegressionConfig], device) -> Callable[[int, Draws], Batch]:
-    """Training batches of P members at once (Task.batch_sampler): each member its own pool size, pool seed and
-    noise; dim and n_points (shapes) are the pack's."""
-    return _sampler(cfgs, device, "train")
-
-
 def _stacked_pools(cfgs: list[LinearRegressionConfig]) -> tuple[torch.Tensor, list[int]]:
     """((S, max M, D) the pools of the pack's S distinct seeds, each the largest any member of that seed needs
     (nested: a smaller pool is its prefix), zero rows after it, never drawn; each member's seed slot). One pool per
@@ -97,9 +81,12 @@ def _stacked_pools(cfgs: list[LinearRegressionConfig]) -> tuple[torch.Tensor, li
     return stacked, [seeds.index(cfg.pool_seed) for cfg in cfgs]
 
 
-def _sampler(cfgs: list[LinearRegressionConfig], device, split: str) -> Callable[[int, Draws], Batch]:
-    """draw(n, draws) -> a Batch of (P, n, T, ...) tensors of `split`. The members' pools and noise levels become
-    (P, ...) tensors on `device` here, once, so a draw reads no config and copies nothing to the device."""
+def sampler(cfgs: list[LinearRegressionConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
+    """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, T, ...) tensors of `split` (train: pool tasks;
+    fresh: w ~ N(0, I) per sequence), each member its own pool size, pool seed and noise; dim and n_points (shapes)
+    are the pack's. info["task_index"] is each sequence's pool index (FRESH = -1 for a fresh task). The members' pools
+    and noise levels become (P, ...) tensors on `device` here, once, so a draw reads no config and copies nothing to
+    the device."""
     if split not in SPLITS:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
     D, N = cfgs[0].dim, cfgs[0].n_points  # equal in a pack

@@ -24,7 +24,7 @@ from trainables.cache import patterns
 from trainables.tasks import Task
 from trainables.tasks.markov_ngram import metrics, mutual_info
 from trainables.tasks.markov_ngram.data import (FIRST, LOSS_ON, MAX_TABLE_ENTRIES, MarkovNgramConfig, draw_tables,
-                                                n_contexts, pool, sample, train_sampler)
+                                                n_contexts, pool, sampler)
 from trainables.tasks.markov_ngram.view import MarkovNgramView
 
 MI_TABLES = 256  # tables the chi-square mutual information averages over (the pool's first ones, or prior draws)
@@ -44,6 +44,8 @@ class MarkovNgram(Task):
     member_fields = ("pool_size", "pool_seed", "alpha")
     small_is_diverse = True
     diversity_axis = "data/inv_pool"
+
+    batch_sampler = staticmethod(sampler)  # data.py's: every split, and a pack's training batches at once
 
     def validate(self, cfg: MarkovNgramConfig) -> None:
         require(
@@ -68,12 +70,6 @@ class MarkovNgram(Task):
 
     def query_only(self, cfg: MarkovNgramConfig) -> bool:
         return cfg.loss_on == "last"
-
-    def sample(self, cfg, n, generator, split="train", pad_to=None):
-        return sample(cfg, n, generator, split, pad_to)
-
-    def batch_sampler(self, cfgs, device):
-        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: MarkovNgramConfig) -> dict[str, str]:
         """OOD first: the evaluation sets are drawn in this order from one generator, so the OOD set (fresh tables)

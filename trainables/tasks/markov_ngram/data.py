@@ -172,25 +172,12 @@ def chains(cfg: MarkovNgramConfig, tables: torch.Tensor, u: torch.Tensor) -> tor
     return torch.cat([first, torch.cat(tokens, -1)[..., 0, :]], -1)
 
 
-def sample(cfg: MarkovNgramConfig, n: int, generator: torch.Generator, split: str = "train",
-           pad_to: int | None = None) -> Batch:
-    """n sequences of `split` (train: pool tables, or fresh ones when pool_size is 0; ood: fresh tables), drawn by
-    the population sampler's code with one member, so the `id` evaluation set is drawn exactly as training batches.
-
-    info["table"] is each sequence's pool index (-1 for a fresh table)."""
-    batch = _sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
-    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
-
-
-def train_sampler(cfgs: list[MarkovNgramConfig], device) -> Callable[[int, Draws], Batch]:
-    """Training batches of P members at once (Task.batch_sampler): each member its own pool_size (0: fresh tables),
-    pool_seed and alpha; vocab_size, order, seq_len, first and loss_on (shapes and structure) are the pack's."""
-    return _sampler(cfgs, device, "train")
-
-
-def _sampler(cfgs: list[MarkovNgramConfig], device, split: str) -> Callable[[int, Draws], Batch]:
-    """draw(n, draws) -> a Batch of (P, n, L) tensors of `split`. The members' pools and settings become (P, ...)
-    tensors on `device` here, once, so a draw reads no config and copies nothing to the device."""
+def sampler(cfgs: list[MarkovNgramConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
+    """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, L) tensors of `split` (train: pool tables, or
+    fresh ones when pool_size is 0; ood: fresh tables), each member its own pool_size, pool_seed and alpha;
+    vocab_size, order, seq_len, first and loss_on (shapes and structure) are the pack's. info["table"] is each
+    sequence's pool index (-1 for a fresh table). The members' pools and settings become (P, ...) tensors on `device`
+    here, once, so a draw reads no config and copies nothing to the device."""
     if split not in SPLITS:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
     pack = cfgs[0]  # vocab_size, order, seq_len, first and loss_on: equal in a pack

@@ -13,7 +13,7 @@ from trainables.cache import patterns
 from trainables.errors import require
 from trainables.tasks import Batch, Task
 from trainables.tasks.mixed_ngram import metrics
-from trainables.tasks.mixed_ngram.data import CONTEXT, NGRAM, MixedNgramConfig, rule_table, sample, train_sampler
+from trainables.tasks.mixed_ngram.data import CONTEXT, NGRAM, MixedNgramConfig, rule_table, sampler
 from trainables.tasks.mixed_ngram.view import MixedNgramView
 
 
@@ -30,6 +30,8 @@ class MixedNgram(Task):
     # All but the shapes (n_lazy_tokens, n_icl_tokens, seq_len): a pack may mix alphas, noise levels, rule tables and
     # periods (the sampler holds them per member); ood_period_high is the evaluation's alone.
     member_fields = ("alpha", "lazy_noise", "rule_seed", "period_low", "period_high", "ood_period_high")
+
+    batch_sampler = staticmethod(sampler)  # data.py's: every split, and a pack's training batches at once
 
     def validate(self, cfg: MixedNgramConfig) -> None:
         require(
@@ -51,12 +53,6 @@ class MixedNgram(Task):
 
     def dims(self, cfg: MixedNgramConfig) -> tuple[int, int]:
         return cfg.vocab_size, cfg.seq_len
-
-    def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
-        return sample(cfg, n, generator, split, pad_to)
-
-    def batch_sampler(self, cfgs, device):
-        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: MixedNgramConfig) -> dict[str, str]:
         return {"id": "train", "ood": "ood"}

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.streams import Draws, GeneratorDraws
+from trainables.streams import Draws
 from trainables.tasks import PAD_LABEL, Batch
 
 NGRAM = 4  # the lazy rule's order: the next token is a function of the previous NGRAM - 1 tokens
@@ -88,24 +88,11 @@ def periods(cfg: MixedNgramConfig, split: str) -> tuple[int, int]:
     raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
 
 
-def sample(cfg: MixedNgramConfig, n: int, generator: torch.Generator, split: str = "train",
-           pad_to: int | None = None) -> Batch:
-    """n sequences of `split`: the alpha mixture (train) or in-context sequences with unseen periods (ood), drawn by
-    the population sampler's code with one member, so the `id` evaluation set is drawn exactly as training batches.
-    Right-padded to `pad_to` positions when given."""
-    batch = _sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
-    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
-
-
-def train_sampler(cfgs: list[MixedNgramConfig], device) -> Callable[[int, Draws], Batch]:
-    """Training batches of P members at once (Task.batch_sampler): each member its own alpha, lazy_noise, rule table
-    and training periods; n_lazy_tokens, n_icl_tokens and seq_len (the shapes) are the pack's."""
-    return _sampler(cfgs, device, "train")
-
-
-def _sampler(cfgs: list[MixedNgramConfig], device, split: str) -> Callable[[int, Draws], Batch]:
-    """draw(n, draws) -> a Batch of (P, n, T) tensors of `split`. The members' settings become (P, ...) tensors on
-    `device` here, once, so a draw reads no config and copies nothing to the device."""
+def sampler(cfgs: list[MixedNgramConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
+    """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, T) tensors of `split`: the alpha mixture (train)
+    or in-context sequences with unseen periods (ood), each member its own alpha, lazy_noise, rule table and training
+    periods; n_lazy_tokens, n_icl_tokens and seq_len (the shapes) are the pack's. The members' settings become
+    (P, ...) tensors on `device` here, once, so a draw reads no config and copies nothing to the device."""
     per_member = lambda values, dtype: torch.tensor(values, dtype=dtype, device=device)  # (P,)
     bounds = [periods(cfg, split) for cfg in cfgs]
     alpha = per_member([cfg.alpha if split == "train" else 1.0 for cfg in cfgs], torch.float64)  # OOD: in-context

@@ -10,8 +10,7 @@ from trainables.cache import pattern_at, patterns
 from trainables.tasks import Batch, Task
 from trainables.tasks.lengths import distribution, diversity_metrics
 from trainables.tasks.trigger_copy import metrics
-from trainables.tasks.trigger_copy.data import (OOD_SPLITS, TriggerCopyConfig, sample, train_sampler,
-                                               valid_pairs)
+from trainables.tasks.trigger_copy.data import OOD_SPLITS, TriggerCopyConfig, sampler, valid_pairs
 from trainables.tasks.trigger_copy.view import TriggerCopyView
 
 
@@ -26,6 +25,8 @@ class TriggerCopy(Task):
     small_is_diverse = True
     member_fields = ("n_triggers", "lengths", "ood_split", "n_pairs_per_cell")  # all but the model's dims
     diversity_axis = "data/max_sum_ratio"
+
+    batch_sampler = staticmethod(sampler)  # data.py's: every split, and a pack's training batches at once
 
     def resolve(self, cfg: TriggerCopyConfig) -> None:
         lengths = cfg.lengths
@@ -63,13 +64,7 @@ class TriggerCopy(Task):
         return True
 
     def batch_width(self, cfg: TriggerCopyConfig) -> int:
-        return 2 * max(distribution(cfg.lengths, cfg.n_triggers)) + 3  # train_sampler's: T = 2l + 3 at the longest l
-
-    def sample(self, cfg, n, generator, split="train", pad_to=None) -> Batch:
-        return sample(cfg, n, generator, split, pad_to)
-
-    def batch_sampler(self, cfgs, device):
-        return train_sampler(cfgs, device)
+        return 2 * max(distribution(cfg.lengths, cfg.n_triggers)) + 3  # the train sampler's: T = 2l + 3 at the longest l
 
     def eval_splits(self, cfg: TriggerCopyConfig) -> dict[str, str]:
         return {"id": "train", "ood": cfg.ood_split}
@@ -108,7 +103,7 @@ class TriggerCopy(Task):
     @torch.no_grad()
     def readouts(self, cfg, model, ood, generator, n_examples):
         """OOD accuracy per (l1, l2) over every valid pair (`acc_by_pair`, and its mean as `all_pairs/acc`)."""
-        pairs = sample(cfg, len(valid_pairs(cfg.max_len)) * cfg.n_pairs_per_cell, generator, "all_pairs")
+        pairs = self.sample(cfg, len(valid_pairs(cfg.max_len)) * cfg.n_pairs_per_cell, generator, "all_pairs")
         pairs = pairs.to(ood.tokens.device)
         logits, _ = model.run_with_cache(pairs.tokens, pairs.query)  # (B, N) at the query
         acc = metrics.accuracy_by_pair(logits.argmax(-1) == pairs.scored_targets(), pairs, cfg.max_len).numpy()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trainables.tasks import PAD_LABEL, Batch
-from trainables.streams import Draws, GeneratorDraws
+from trainables.streams import Draws
 from trainables.tasks.lengths import LengthsConfig, distribution
 
 SPLITS = ("train", "displaced", "all_pairs")
@@ -44,40 +44,37 @@ def valid_pairs(max_len: int) -> torch.Tensor:
     return grid[grid.sum(1) + 3 <= max_len - 1]
 
 
-def sample(cfg: TriggerCopyConfig, n: int, generator: torch.Generator, split: str = "train",
-           pad_to: int | None = None) -> Batch:
-    """n sequences of `split`: train (l ~ D_l, l1 = l2 = l), displaced or all_pairs (SPEC §1), scored at the query.
-
-    Right-padded to `pad_to` positions (at least the longest sequence) or, by default, to the longest sequence. The
-    train split is train_sampler's with one member, so the `id` evaluation set is drawn exactly as training batches."""
-    draws = GeneratorDraws(generator)
+def sampler(cfgs: list[TriggerCopyConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
+    """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, T) tensors of `split`, scored at the query. Train
+    (l ~ D_l, l1 = l2 = l): member p's lengths from its own D_l, its own trigger count, every sequence padded to the
+    members' longest possible training sequence, 2 max(l) + 3. Displaced and all_pairs (SPEC §1), evaluation splits
+    drawn by sample() alone (one member, GeneratorDraws): at L - 1 positions, which sample() cuts to the longest."""
     if split == "train":
-        batch = train_sampler([cfg], generator.device)(n, draws)
-    elif split == "displaced":
-        # l ~ Unif(S \ {min S}) (or Unif(S) if that is empty); l1 ~ Unif({1..2l-1} \ {l}); l2 = 2l - l1.
-        support = torch.tensor(list(distribution(cfg.lengths, cfg.n_triggers)))
-        lengths = support[1:] if len(support) > 1 else support
-        l = lengths[draws.randint(0, len(lengths), n)]  # (1, n)
-        u = 1 + (draws.uniform(n) * (2 * l - 2)).long()  # (1, n): Unif{1..2l-2}
-        l1 = torch.where(u >= l, u + 1, u)  # skip l itself
-        batch = _fill(cfg, torch.tensor([cfg.n_triggers]), l1, 2 * l - l1, draws, cfg.max_len - 1)
-    elif split == "all_pairs":
+        return _train(cfgs, device)
+    if split not in OOD_SPLITS:
+        raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
+    cfg, n_triggers = cfgs[0], torch.tensor([cfgs[0].n_triggers])
+
+    def draw(n: int, draws: Draws) -> Batch:
+        if split == "displaced":
+            # l ~ Unif(S \ {min S}) (or Unif(S) if that is empty); l1 ~ Unif({1..2l-1} \ {l}); l2 = 2l - l1.
+            support = torch.tensor(list(distribution(cfg.lengths, cfg.n_triggers)))
+            lengths = support[1:] if len(support) > 1 else support
+            l = lengths[draws.randint(0, len(lengths), n)]  # (1, n)
+            u = 1 + (draws.uniform(n) * (2 * l - 2)).long()  # (1, n): Unif{1..2l-2}
+            l1 = torch.where(u >= l, u + 1, u)  # skip l itself
+            return _fill(cfg, n_triggers, l1, 2 * l - l1, draws, cfg.max_len - 1)
         # Stratified rather than i.i.d.: pairs cycle in a shuffled order, so every pair gets n // P or n // P + 1
         # sequences and the per-(l1, l2) accuracy matrix has no empty cell once n >= P.
         pairs = valid_pairs(cfg.max_len)
-        order = torch.randperm(len(pairs), generator=generator)
+        order = torch.randperm(len(pairs), generator=draws.generator)  # sample()'s generator (GeneratorDraws)
         l1, l2 = pairs[order[torch.arange(n) % len(pairs)]][None].unbind(2)  # (1, n) each
-        batch = _fill(cfg, torch.tensor([cfg.n_triggers]), l1, l2, draws, cfg.max_len - 1)
-    else:
-        raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
-    batch = batch.member(0)
-    batch = batch.cropped(int(batch.query.max()) + 1)  # to the longest sequence
-    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
+        return _fill(cfg, n_triggers, l1, l2, draws, cfg.max_len - 1)
+
+    return draw
 
 
-def train_sampler(cfgs: list[TriggerCopyConfig], device) -> Callable[[int, Draws], Batch]:
-    """Training batches of P members at once (Task.batch_sampler): member p's lengths from its own D_l, its own
-    trigger count; every sequence padded to the members' longest possible training sequence, 2 max(l) + 3."""
+def _train(cfgs: list[TriggerCopyConfig], device) -> Callable[[int, Draws], Batch]:
     qs = [distribution(cfg.lengths, cfg.n_triggers) for cfg in cfgs]
     longest = max(max(q) for q in qs)
     probs = torch.zeros(len(cfgs), longest + 1, dtype=torch.float64)  # (P, max l + 1): q_l of each member

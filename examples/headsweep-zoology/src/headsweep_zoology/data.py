@@ -24,8 +24,8 @@ Splits differ only in the keys they draw from (the diversity knob):
 
 Everything is vectorised over the batch (no Python loop over sequences) and drawn in a fixed order from one random
 source (`trainables.streams`): in training, a member's own counter-based stream, so that a packed trial draws all its
-members' batches in one call on their device (`train_sampler`, the task's batch_sampler); in `sample()` (the
-evaluation sets), a torch.Generator, through the same code with one member. So a batch is a function of the seed.
+members' batches in one call on their device (`sampler`, the task's batch_sampler); in `sample()` (the
+evaluation sets, derived by headsweep from the same hook), a torch.Generator, through the same code with one member. So a batch is a function of the seed.
 Shapes: M members (a pack's population), B = n sequences each, T positions.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.streams import Draws, GeneratorDraws
+from trainables.streams import Draws
 from trainables.tasks import PAD_LABEL, Batch
 
 SPLITS = ("train", "heldout")
@@ -82,23 +82,11 @@ def key_range(cfg: MqarConfig, split: str) -> tuple[int, int]:
     raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
 
 
-def sample(cfg: MqarConfig, n: int, generator: torch.Generator, split: str = "train",
-           pad_to: int | None = None) -> Batch:
-    """n sequences of `split` (train | heldout), right-padded to `pad_to` positions when given. Drawn by the population
-    sampler's code with one member, so the `id` evaluation set is drawn exactly as training batches are."""
-    batch = _sampler([cfg], generator.device, split)(n, GeneratorDraws(generator)).member(0)
-    return batch if pad_to is None else batch.padded(pad_to)  # padded after the draws: the same sequences
-
-
-def train_sampler(cfgs: list[MqarConfig], device) -> Callable[[int, Draws], Batch]:
-    """Training batches of M members at once (Task.batch_sampler): each member its own n_train_keys (the knob);
-    n_keys, n_values, n_pairs, n_queries and teacher_forcing (the vocabulary and the layout) are the pack's."""
-    return _sampler(cfgs, device, "train")
-
-
-def _sampler(cfgs: list[MqarConfig], device, split: str) -> Callable[[int, Draws], Batch]:
-    """draw(n, draws) -> a Batch of (M, n, T) tensors of `split`. The members' key ranges become (M, ...) tensors on
-    `device` here, once, so a draw reads no config and copies nothing to the device."""
+def sampler(cfgs: list[MqarConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
+    """The task's batch_sampler: draw(n, draws) -> a Batch of (M, n, T) tensors of `split` (train | heldout), each
+    member its own n_train_keys (the knob); n_keys, n_values, n_pairs, n_queries and teacher_forcing (the vocabulary
+    and the layout) are the pack's. The members' key ranges become (M, ...) tensors on `device` here, once, so a draw
+    reads no config and copies nothing to the device."""
     ranges = [key_range(cfg, split) for cfg in cfgs]
     pack = cfgs[0]  # the layout and the vocabulary: equal in a pack
     P, Q = pack.n_pairs, pack.n_queries

@@ -7,7 +7,8 @@ random initial embedding, so recall that generalizes must match a query to its k
 that works on any embedding, not on the few directions training showed.
 
 Everything the base class derives from `knobs` and `success_metric` is left to its defaults: the diversity axis
-(`data/n_train_keys`), `diversity()`, the headline and table columns, and the W&B dashboard.
+(`data/n_train_keys`), `diversity()`, and, in its view (MqarView: how the task is shown, apart from what it is), the
+headline and table columns and the W&B dashboard.
 """
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ import torch
 
 from trainables.cache import patterns
 from trainables.errors import require
-from trainables.tasks import Task
+from trainables.tasks import Task, TaskView
 
-from .data import (MqarConfig, d_vocab, key_range, pair_of_query, query_positions, sample, seq_len,
-                   train_sampler)
+from .data import MqarConfig, d_vocab, key_range, pair_of_query, query_positions, sampler, seq_len
+
+
+class MqarView(TaskView):
+    """How MQAR is shown: the defaults, but for what its diversity axis is called on figures."""
+
+    diversity_label = "distinct training keys"
 
 
 class MqarTask(Task):
@@ -28,9 +34,10 @@ class MqarTask(Task):
     config = MqarConfig
     success_metric = "ood/acc"  # recall on sequences whose keys training never showed
     knobs = ("task.n_train_keys",)
-    diversity_label = "distinct training keys"
+    view = MqarView
     member_fields = ("n_train_keys", "n_test_keys")  # the knob, and the ood keys training never draws: a sweep's
     # members that differ only in these pack together and draw their batches at once (batch_sampler)
+    batch_sampler = staticmethod(sampler)  # data.py's: every split, and a pack's training batches in one draw
 
     def validate(self, cfg: MqarConfig) -> None:
         require(
@@ -58,14 +65,6 @@ class MqarTask(Task):
 
     def dims(self, cfg: MqarConfig) -> tuple[int, int]:
         return d_vocab(cfg), seq_len(cfg)
-
-    def sample(self, cfg, n, generator, split="train", pad_to=None):
-        return sample(cfg, n, generator, split, pad_to)
-
-    def batch_sampler(self, cfgs, device):
-        """Optional: a packed trial's members' training batches in one vectorised draw on their device, rather than
-        one sample() per member on the host while a GPU waits."""
-        return train_sampler(cfgs, device)
 
     def eval_splits(self, cfg: MqarConfig) -> dict[str, str]:
         """OOD first: the evaluation sets are drawn in this order from one generator, so with a fixed task.n_test_keys

@@ -9,9 +9,8 @@ from trainables import config
 from trainables.models import one_step
 from trainables.models.one_step import OneHotOneStepModel, OneStepModel
 from trainables.tasks.trigger_copy.data import sample
-from trainables.tasks import task_of
-from trainables.population import Batches
-from trainables.train import init_state, step, train
+from trainables.population import Batches, Stack
+from trainables.train import init_state, train
 from tests.conftest import CONFIGS
 
 SMALL = ["task.vocab_size=10", "task.max_len=14", "task.n_triggers=2", "task.lengths.low=2", "task.lengths.high=5",
@@ -141,9 +140,9 @@ def test_each_step_differentiates_only_the_weight_it_updates():
     work) and the W_KQ step W_V; the results above show the steps themselves are unchanged."""
     cfg = config.load(CONFIGS / "paper_theory.yaml", SMALL)
     state, _, _ = init_state(cfg)
-    model, sampler = state.model, lambda: task_of(cfg).sample(cfg.task, state.phase().batch_size, state.generator)
-    step(state, sampler())
+    stack, batches, model = Stack([state]), Batches([cfg], [state]), state.model  # a pack of one: the member's module
+    stack.step(batches.draw(state.phases[0].batch_size, [0]), 0)
     assert model.W_V.grad is not None and model.W_KQ.grad is None
     model.W_V.grad = None
-    step(state, sampler())
+    stack.step(batches.draw(state.phases[1].batch_size, [0]), 1)
     assert model.W_KQ.grad is not None and model.W_V.grad is None

@@ -413,8 +413,8 @@ def _result(member: Member) -> Result:
     was known was never trained, so measuring it would read as a trained seed that failed: its result holds no metric
     and no readout, only why it stopped and the `data/*` measures its config fixes (the diversity axis of tables)."""
     cfg, state, task, last = member.cfg, member.state, task_of(member.cfg), member.last_finite
-    facts = {"status": state.status, "steps": last.step, "seconds": time.perf_counter() - member.started}
     if state.status == VERDICT_KNOWN and state.step == 0:
+        facts = {"status": state.status, "steps": 0, "seconds": time.perf_counter() - member.started}
         return Result(task.diversity(cfg.task) | facts | {"stopped_because": state.because})
     if state.status == "diverged":
         state.model.load_state_dict(last.model)
@@ -423,7 +423,8 @@ def _result(member: Member) -> Result:
              no_window | evaluate(state.model, member.eval_sets, cfg) | task.diversity(cfg.task))
     arrays, readout_metrics = readouts.final(cfg, state.model, member.eval_sets["ood"], member.eval_generator)
     member.logger.log_media(arrays, last.step)
-    final |= readout_metrics | task.summary(cfg.task, member.history) | facts
+    final |= readout_metrics | task.summary(cfg.task, member.history) | {
+        "status": state.status, "steps": last.step, "seconds": time.perf_counter() - member.started}
     if state.status == "diverged":  # whatever its last finite evaluation said, a diverged run does not generalize
         final |= {"ood/success": 0.0, "diverged_because": state.because}
     elif state.because:

@@ -88,13 +88,13 @@ def measure(cfgs: list, warmup: int, steps: int, seconds: float, count_ops: bool
     trials = [init_state(cfg) for cfg in cfgs]  # each member's state and evaluation sets, held as a trial holds them
     states = [state for state, _, _ in trials]
     stack, batches = Stack(states, compiled), Batches(cfgs, states)
-    phases, slots = states[0].phases, list(range(len(cfgs)))
+    phases = states[0].phases
     done = 0
 
     def step() -> None:  # the loop's step between evaluations; the phases in turn (the one-step model has two)
         nonlocal done
         phase = done % len(phases)
-        stack.step(batches.draw(phases[phase].batch_size, slots), phase)
+        stack.step(batches.draw(phases[phase].batch_size), phase)
         done += 1
 
     for _ in range(warmup):

@@ -56,10 +56,9 @@ def measured_peak(cfgs: list) -> int:
     with LiveBytes(round_to=CUDA_BLOCK) as live:
         states = [init_state(cfg)[0] for cfg in cfgs]
         stack, batches = Stack(states), Batches(cfgs, states)
-        slots = list(range(len(cfgs)))
         for _ in range(2):
             for phase, settings in enumerate(states[0].phases):
-                stack.step(batches.draw(settings.batch_size, slots), phase)
+                stack.step(batches.draw(settings.batch_size), phase)
         del stack, batches, states
     return live.peak
 

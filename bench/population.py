@@ -54,7 +54,7 @@ def step_flops(cfgs: list) -> float:
     """FLOPs of one training step of the population (forward and backward), counted on a copy."""
     states = [init_state(cfg)[0] for cfg in cfgs]
     stack = Stack(states)
-    batch = Batches(cfgs, states).draw(states[0].phase().batch_size, list(range(len(cfgs))))
+    batch = Batches(cfgs, states).draw(states[0].phase().batch_size)
     with FlopCounterMode(display=False) as counter:
         stack.step(batch, 0)
     return counter.get_total_flops()

@@ -38,8 +38,8 @@ def main(argv=None) -> dict:
     print(torch.cuda.get_device_name() if args.device == "cuda" else "cpu", torch.__version__, flush=True)
     states = [init_state(c)[0] for c in cfgs]
     stack, batches = Stack(states), Batches(cfgs, states)
-    n, slots = states[0].phases[0].batch_size, list(range(8))
-    stack.step(batches.draw(n, slots), 0, 0)  # creates the optimizer's state
+    n = states[0].phases[0].batch_size
+    stack.step(batches.draw(n), 0, 0)  # creates the optimizer's state
     steps, on_gpu = min(100, args.steps // 2), args.device == "cuda"
     if on_gpu:  # any host synchronisation in the steps raises (the CPU has none to catch)
         torch.cuda.synchronize()
@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     try:
         for t in range(1, steps + 1):
-            stack.step(batches.draw(n, slots), 0, t)
+            stack.step(batches.draw(n), 0, t)
     finally:
         if on_gpu:
             torch.cuda.set_sync_debug_mode(0)

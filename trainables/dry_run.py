@@ -81,7 +81,7 @@ def _dry_run(cfg, readout: bool) -> set[str]:
 
     train_metrics = loss_and_accuracy(*scored(trained.detach(), batch), "train")  # what a step reports
     if any(phase.lr is not None for phase in spec.phases(cfg.model, cfg.optim, model)):
-        train_metrics["train/lr"] = cfg.optim.lr  # and the learning rate of a scheduled phase (TrainState)
+        train_metrics["train/lr"] = cfg.optim.lr  # and the learning rate of a scheduled phase (train._measure)
     eval_sets = {prefix: batches[split] for prefix, split in splits.items()}
     metrics = _call("task.name", f"{task.name}: an evaluation", evaluate, model, eval_sets, cfg)
     require(("task.name", task.success_metric in metrics,

@@ -19,6 +19,7 @@ host queues the next step while the device runs this one (docs/PERFORMANCE.md, "
 from __future__ import annotations
 
 import copy
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,17 @@ def pack_key(cfg) -> tuple:
     shared = repr({k: v for k, v in vars(cfg.task).items() if k not in task.member_fields})
     return (task.name, task.dims(cfg.task), task.query_only(cfg.task), shared, repr(cfg.model),
             repr(cfg.optim) if spec.uses_optim else None, cfg.eval.every, cfg.device)
+
+
+class Collected(NamedTuple):
+    """One member's training since the last evaluation, as Stack.collect hands it to the host."""
+
+    alive: bool  # every loss finite so far; a member whose loss was not finite is masked out from that step on
+    bad_step: int  # the step whose loss first was not finite (-1 while alive)
+    bad_loss: float  # that loss
+    loss_sum: float  # the training loss x count, summed over the steps since the last collect
+    hits: float  # correct predictions at the scored positions (0 for real-valued targets)
+    count: float  # scored positions
 
 
 class Stack:
@@ -106,13 +118,13 @@ class Stack:
         self.sums += torch.where(live, step_sums, torch.zeros_like(step_sums))
         self.clock += 1
 
-    def collect(self) -> list[tuple[bool, int, float, float, float, float]]:
-        """Per slot: (still finite, the step its loss first was not finite, that loss, loss x count, hits, count)
-        since the last collect, which starts a new window: the one read back to the host, once per evaluation."""
+    def collect(self) -> list[Collected]:
+        """Per slot, what its steps summed on the device since the last collect, which starts a new window: the one
+        read back to the host, once per evaluation."""
         host = torch.cat([torch.stack([self.training.double(), self.bad_step.double(), self.bad_loss]),
                           self.sums]).tolist()  # (6, M)
         self.sums.zero_()
-        return [(bool(alive), int(step), loss, *sums) for alive, step, loss, *sums in zip(*host)]
+        return [Collected(bool(alive), int(step), loss, *sums) for alive, step, loss, *sums in zip(*host)]
 
     def stop(self, slot: int) -> None:
         """A member that stopped trains no more: its loss is masked out from now on."""
@@ -168,7 +180,7 @@ class Batches:
         self.sampler = task_of(cfgs[0]).batch_sampler([cfg.task for cfg in cfgs], cfgs[0].device)
         self.streams = Streams([state.key for state in states], cfgs[0].device, states[0].step)
 
-    def draw(self, n: int, slots: list[int]) -> Batch:
+    def draw(self, n: int) -> Batch:
         """The next batch of n sequences of every member (a stopped member's slot too: shapes never change)."""
         batch = self.sampler(n, self.streams)
         self.streams.advance()

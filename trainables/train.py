@@ -1,13 +1,14 @@
-"""Training as small functions over a TrainState (in the style of big_vision's `update_fn(state, batch)`), and the
-one loop that runs them for every task and model, for one member (`train`) or several packed (`train_members`).
+"""The one training loop (`train_members`; `train` is a pack of one), written to be read top to bottom, and the
+small functions of a TrainState it runs, for every task and model.
 
-`init_state` builds the model, its phases and the data generators from the config's one seed; a population.Stack
-takes one optimizer step for every member on its own batch; `evaluate` measures a model on its fixed evaluation
-sets; `checkpoint` and `restore` capture and reinstate everything a run changes, so a resumed run draws the same
-batches and ends in the same result. `reference_loop` is the loop for one member on one screen, to read first; a run's
-status is `running` until it ends. A run is the model's phases (models/: the one-step model's Algorithm 1 is two
-single steps of plain SGD; the transformer one phase of `optim`), every step on a fresh training batch; every
-`eval.every` steps (and after the last) the model is measured.
+`init_state` builds the model, its phases and the data streams from the config's one seed; a population.Stack
+takes one optimizer step for every member on its own batch and hands back, at each evaluation, what those steps
+summed on the device (population.Collected); `evaluate` measures a model on its fixed evaluation sets; `decide` is
+the one place a run's status changes (`running` until it ends); `checkpoint` and `restore` capture and reinstate
+everything a run changes, so a resumed run draws the same batches and ends in the same result. A run is the model's
+phases (models/: the one-step model's Algorithm 1 is two single steps of plain SGD; the transformer one phase of
+`optim`), every step on a fresh training batch; every `eval.every` steps (and after the last) the model is measured.
+tests/unit/test_oracle.py holds the loop to the same training written out in plain PyTorch.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ from trainables.io import SUCCEEDED, VERDICT_KNOWN, atomic_write, write_json
 from trainables.logger import Logger
 from trainables.models import MODELS, build_model
 from trainables.optim import Phase
-from trainables.population import Batches, Stack, compile_mode, pack_key, stack_batches
+from trainables.population import Batches, Collected, Stack, compile_mode, pack_key
 from trainables.stopper import NEVER, Stopper
 from trainables.tasks import Batch, is_continuous, margin, task_of
 
@@ -71,21 +72,15 @@ class EarlyStopping:
 
 @dataclass
 class TrainState:
-    """Everything training changes: what a checkpoint holds, and all `step` needs besides the batch."""
+    """Everything training changes: what a checkpoint holds."""
 
     model: torch.nn.Module
     phases: list[Phase]
-    generator: torch.Generator  # draws the training batches of a task without a batch_sampler (a plugin's)
-    key: int  # the member's training-data stream (trainables/streams.py): a task with a batch_sampler draws from it
+    key: int  # the member's training-data stream (trainables/streams.py), drawn from at its step
     early_stopping: EarlyStopping
     step: int = 0  # optimizer steps taken
-    status: str = "running"  # until it ends: completed (its last step), or early_stopped, diverged, succeeded or
-    # verdict_known (its Stopper's, trainables/stopper.py) before it
-    diverged_because: str = ""  # what was not finite, and at which step
-    stopped_because: str = ""  # why a run that succeeded early or whose verdict was known stopped where it did
-    loss_sum: float = 0.0  # training loss x count, hits and count over the scored positions since the last evaluation
-    hits: float = 0.0
-    count: int = 0
+    status: str = "running"  # until `decide` says how the run ended
+    because: str = ""  # why it diverged (what was not finite, at which step), or why its Stopper stopped it
     scores_accuracy: bool = True  # token targets; a continuous task's (real-valued) have a loss only
 
     @property
@@ -101,42 +96,20 @@ class TrainState:
             done -= phase.steps
         return len(self.phases) - 1, done + self.phases[-1].steps
 
-    def phase_index(self, step: int | None = None) -> int:
-        return self.position(step)[0]
-
     def phase(self) -> Phase:
-        return self.phases[self.phase_index()]
-
-    def diverge(self, metric: str, value: float) -> None:
-        self.status, self.diverged_because = "diverged", f"{metric} = {value} at step {self.step}"
-
-    def stop(self, status: str, because: str) -> None:
-        self.status, self.stopped_because = status, because
-
-    def train_metrics(self) -> dict[str, float]:
-        """`train/loss` and `train/acc` (token targets) since the last call, which starts a new window, and
-        `train/lr`, the learning rate of the last step (a phase with a schedule)."""
-        metrics = {"train/loss": self.loss_sum / self.count}
-        if self.scores_accuracy:
-            metrics["train/acc"] = self.hits / self.count
-        phase, at = self.position(self.step - 1)  # the last step taken
-        if (lr := self.phases[phase].lr) is not None:
-            metrics["train/lr"] = lr(at)
-        self.loss_sum, self.hits, self.count = 0.0, 0.0, 0
-        return metrics
+        return self.phases[self.position()[0]]
 
 
 @dataclass
 class Result:
     metrics: dict[str, float | str]  # final metrics with flat `split/name` keys, plus status, steps, seconds
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # attention, accuracy matrix, W_KQ: attention.npz;
-    # empty for a member stopped before its first step (_unmeasured)
+    # empty for a member stopped before its first step (_result)
 
 
 def seeded_generators(seed: int) -> tuple[int, int, torch.Generator]:
     """Independent streams for initialisation, training data and evaluation data, all from the one seed: the
-    initialisation seed, the training data's key (a Streams key, and a plugin's generator's seed) and the evaluation
-    data's generator."""
+    initialisation seed, the training data's key (a Streams key) and the evaluation data's generator."""
     seeds = torch.randint(2**62, (3,), generator=torch.Generator().manual_seed(seed))
     init_seed, train_key, eval_seed = seeds.tolist()
     return init_seed, train_key, torch.Generator().manual_seed(eval_seed)
@@ -160,21 +133,9 @@ def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
     eval_sets = {prefix: task.sample(cfg.task, cfg.eval.n_id if prefix == "id" else cfg.eval.n_ood, eval_generator,
                                      split).to(cfg.device)
                  for prefix, split in task.eval_splits(cfg.task).items()}
-    state = TrainState(model, spec.phases(cfg.model, cfg.optim, model), torch.Generator().manual_seed(train_key),
-                       train_key, EarlyStopping(cfg.eval.patience),
+    state = TrainState(model, spec.phases(cfg.model, cfg.optim, model), train_key, EarlyStopping(cfg.eval.patience),
                        scores_accuracy=not is_continuous(task))
     return state, eval_sets, eval_generator
-
-
-def step(state: TrainState, batch: Batch) -> float:
-    """One optimizer step of one member on its batch (big_vision's update_fn(state, batch)): its training loss (read
-    back at once: for tests and benchmarks; train_members steps a population on one population.Stack and reads its
-    losses once per evaluation)."""
-    stack = Stack([state])
-    stack.step(stack_batches([batch]), *state.position())
-    alive, _, bad_loss, loss_sum, _, count = stack.collect()[0]
-    state.step += alive
-    return loss_sum / count if alive else bad_loss
 
 
 def scored(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -217,12 +178,12 @@ def evaluate(model: torch.nn.Module, eval_sets: dict[str, Batch], cfg) -> dict[s
 def checkpoint(state: TrainState, metrics: dict, seconds: float, history: list[dict] = ()) -> dict:
     """The full training state after an evaluation (its `metrics`; `history`: every evaluation so far, with its step):
     what `restore` and the task's summary of the run need to continue exactly."""
-    return {"step": state.step, "status": state.status, "stopped_because": state.stopped_because,
+    return {"step": state.step, "status": state.status, "stopped_because": state.because,
             "metrics": metrics, "history": list(history),
-            "final": state.status != "running" or state.step >= state.total_steps,  # nothing left to resume
+            "final": state.status != "running",  # nothing left to resume
             "model": copy.deepcopy(state.model.state_dict()),
             "optimizers": [copy.deepcopy(phase.optimizer.state_dict()) for phase in state.phases],
-            "train_generator": state.generator.get_state(), "seconds": seconds,
+            "seconds": seconds,
             "stopper": vars(state.early_stopping).copy()}  # its key in checkpoints already written
 
 
@@ -230,12 +191,11 @@ def restore(state: TrainState, saved: dict) -> None:
     state.model.load_state_dict(saved["model"])
     for phase, optimizer_state in zip(state.phases, saved["optimizers"]):
         phase.optimizer.load_state_dict(copy.deepcopy(optimizer_state))  # never train the checkpoint's own tensors
-    state.generator.set_state(saved["train_generator"])
     state.early_stopping = EarlyStopping(**saved["stopper"])
-    # A checkpoint from before the running status said "completed" while running.
+    # `decide` tells "completed" from the step: checkpoints from before the running status said it while running.
     state.status = "running" if saved["status"] == "completed" else saved["status"]
     state.step = saved["step"]
-    state.stopped_because = saved.get("stopped_because", "")
+    state.because = saved.get("stopped_because", "")
 
 
 def train(cfg, logger: Logger | None = None, resume: dict | None = None,
@@ -249,32 +209,12 @@ def train(cfg, logger: Logger | None = None, resume: dict | None = None,
     return train_members([cfg], [logger or Logger()], [resume], on_checkpoint=first)[0]
 
 
-def reference_loop(cfg) -> dict[str, float | str]:
-    """The training loop of one member, written out to be read top to bottom: what train_members does for each member
-    of a pack, without what a sweep adds around it (checkpoints, W&B, a stopper, packing, the final readout). Returns
-    the last evaluation's metrics with the run's status and steps; tests/unit/test_population.py holds them equal
-    to train()'s."""
-    state, eval_sets, _ = init_state(cfg)
-    stack, batches = Stack([state]), Batches([cfg], [state])  # a population of one: the step a pack takes
-    metrics = {}
-    while state.status == "running":
-        stack.step(batches.draw(state.phase().batch_size, [0]), *state.position())  # a fresh batch, one step
-        state.step += 1
-        if state.step % cfg.eval.every and state.step < state.total_steps:
-            continue  # between evaluations nothing is read back from the device
-        alive, bad_step, bad_loss, state.loss_sum, state.hits, state.count = stack.collect()[0]
-        if not alive:
-            state.step = bad_step
-            state.diverge("train/loss", bad_loss)
-            break
-        metrics = state.train_metrics() | evaluate(state.model, eval_sets, cfg)
-        if not math.isfinite(metrics["id/loss"]):
-            state.diverge("id/loss", metrics["id/loss"])
-        elif state.early_stopping.should_stop(metrics["id/loss"]):
-            state.status = "early_stopped"
-        elif state.step >= state.total_steps:
-            state.status = "completed"
-    return metrics | {"status": state.status, "steps": state.step}
+class Evaluation(NamedTuple):
+    """A member's last finite evaluation: its result, with the model restored to it should the run diverge later."""
+
+    model: dict  # the model's state_dict then
+    step: int
+    metrics: dict | None  # None before the first evaluation
 
 
 @dataclass
@@ -288,12 +228,13 @@ class Member:
     eval_generator: torch.Generator  # its later draws feed the final readout
     logger: Logger
     started: float  # perf_counter at which the run (counted from its first attempt) began
+    last_finite: Evaluation
     history: list[dict] = field(default_factory=list)  # every evaluation, with its step, for the task's summary
-    finite: tuple = (None, 0, None)  # (model state, step, metrics) of the last finite evaluation: the run's result
+    result: Result | None = None  # once it has ended
 
     @property
-    def training(self) -> bool:
-        return self.state.status == "running" and self.state.step < self.state.total_steps
+    def running(self) -> bool:
+        return self.state.status == "running"
 
 
 def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
@@ -307,7 +248,7 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
     stopper (indices: positions in `cfgs`; a sweep's verdict rule, trainables/stopper.py): a member stops as a
     success once it says the member passed, and once it says the member's training is decided by the results of
     the others (here or settled in it before this call) it stops where it is, or is not trained at all (then its
-    result measures nothing: _unmeasured).
+    result measures nothing: _result).
 
     resumes[i]: a checkpoint of member i to continue from (members resumed together are at the same step).
     on_checkpoint receives {index: checkpoint} of the members whose evaluation was finite, after each evaluation once
@@ -315,162 +256,176 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
     resumes from and logs them again); on_result(index, result) is called as each member finishes.
     """
     members = [_start(i, cfg, logger, resume) for i, (cfg, logger, resume) in enumerate(zip(cfgs, loggers, resumes))]
-    results: dict[int, Result] = {}
-
-    def finish(member: Member) -> None:
-        results[member.index] = _finish(member)
-        stopper.settle(member.index, results[member.index].metrics)
-        if on_result:
-            on_result(member.index, results[member.index])
-
-    for member in members:
-        if member.training and (because := stopper.decided(member.index)):
-            member.state.stop(VERDICT_KNOWN, because)
-        if not member.training:  # resumed after it had stopped, or not needed: nothing is left but its readout
-            finish(member)
-    training = [m for m in members if m.training]
-    if training:
-        if len({m.state.step for m in training}) > 1 or len({pack_key(m.cfg) for m in training}) > 1:
-            raise ValueError("members trained together need one pack_key and one step")
-        _train_together(training, on_checkpoint, finish, stopper)
-    return [results[member.index] for member in members]
-
-
-def _train_together(training: list[Member], on_checkpoint, finish: Callable[[Member], None],
-                    stopper: Stopper) -> None:
-    """Step the members as one population until each has stopped. Between evaluations a step is the same host work
-    whatever the member count (one batch draw, one Stack.step) and reads nothing back; at an evaluation every member
-    still going is measured, and may stop early, succeed, be found diverged, or stop because the others decided
-    its candidate's verdict."""
-    first = training[0]
-    stack = Stack([m.state for m in training], compile_mode(first.cfg))
-    batches = Batches([m.cfg for m in training], [m.state for m in training])
-    active = dict(enumerate(training))  # slot -> member still training, changed at evaluations only
-    step, total, every = first.state.step, first.state.total_steps, first.cfg.eval.every
-    bar = tqdm(total=total, initial=step, desc=first.cfg.name, unit="step", disable=not sys.stderr.isatty(),
-               leave=False)
+    for member in members:  # resumed after it ended, or its candidate's verdict known before it starts
+        decide(member, stopper)
+        if not member.running:
+            _finish(member, stopper, on_result)
+    training = [member for member in members if member.running]
+    if not training:
+        return [member.result for member in members]
+    stack, batches, active = _stacked(training)  # active: slot -> member still training
+    lead = training[0].state  # its phases and schedule are every member's (pack_key)
+    step, every = lead.step, training[0].cfg.eval.every
+    bar = tqdm(total=lead.total_steps, initial=step, desc=training[0].cfg.name, unit="step", leave=False,
+               disable=not sys.stderr.isatty())
     while active:
-        phase, at = first.state.position(step)
-        stack.step(batches.draw(first.state.phases[phase].batch_size, list(active)), phase, at)
+        phase, at = lead.position(step)
+        stack.step(batches.draw(lead.phases[phase].batch_size), phase, at)  # every member, one step
         step += 1
         bar.update()
-        if step % every == 0 or step >= total:
-            _evaluate(stack, active, step, on_checkpoint, stopper)
-            for decide in (False, True):  # those that ended first: their results may decide the others' verdicts
-                for slot, member in list(active.items()):
-                    if decide and member.training and (because := stopper.decided(member.index)):
-                        member.state.stop(VERDICT_KNOWN, because)  # at this evaluation: its last one is its result
-                    if not member.training:
-                        stack.stop(slot)
-                        del active[slot]
-                        finish(member)
-            if active and len(active) <= len(stack.states) // 2:
-                stack, batches, active = _shrunk(stack, active, first.cfg)
+        if step % every and step < lead.total_steps:
+            continue  # between evaluations nothing is read back from the device
+        collected = stack.collect()  # per slot: its sums since the last evaluation, the one read back
+        stack.unstack([slot for slot in active if collected[slot].alive])  # into their own modules, to measure
+        saved = {}
+        for slot, member in active.items():
+            metrics = _measure(member, collected[slot], step)  # None: a training loss was not finite
+            decide(member, stopper, collected[slot], metrics)
+            if metrics is not None:
+                _log(member, metrics)
+            if member.state.status != "diverged":  # a finite evaluation: the member's result from now on
+                member.last_finite = Evaluation(copy.deepcopy(member.state.model.state_dict()), step, metrics)
+                saved[member.index] = checkpoint(member.state, metrics, time.perf_counter() - member.started,
+                                                 member.history) | {"optimizers": stack.optimizer_states(slot)}
+        if saved and on_checkpoint:
+            on_checkpoint(saved)
+        for ask_stopper in (False, True):  # those that ended on their own first: their results may decide the others'
+            for slot, member in list(active.items()):
+                if ask_stopper:
+                    decide(member, stopper)
+                if not member.running:
+                    stack.stop(slot)
+                    del active[slot]
+                    _finish(member, stopper, on_result)
+        if active and len(active) <= len(stack.states) // 2:  # a stopped member's slot is masked, yet computed
+            stack, batches, active = _shrunk(stack, active)
     bar.close()
+    return [member.result for member in members]
 
 
-def _shrunk(stack: Stack, active: dict[int, Member], cfg) -> tuple[Stack, Batches, dict[int, Member]]:
-    """A stack of the members still training, for when at most half of its slots still train (a stopped member's
-    slot is masked, yet computed): each gets its slice of the optimizer state into its own optimizers, and its
-    parameters are in its own module since this evaluation. Each goes on exactly as before: its batches come from
-    its own stream at its step, whoever else is packed with it."""
-    members = list(active.values())
-    for slot, member in active.items():
-        for phase, optimizer_state in zip(member.state.phases, stack.optimizer_states(slot)):
-            phase.optimizer.load_state_dict(optimizer_state)
-    states = [member.state for member in members]
-    return Stack(states, compile_mode(cfg)), Batches([m.cfg for m in members], states), dict(enumerate(members))
+def decide(member: Member, stopper: Stopper, collected: Collected | None = None, metrics: dict | None = None) -> None:
+    """The one place a member's status changes: from `running` to the first of these that holds, with why.
+    At an evaluation (`collected`: its training since the last; `metrics`: this one, None when a loss was not finite):
+    - diverged: a training loss since the last evaluation, or the ID loss, not finite (its result is then its last
+      finite evaluation);
+    - early_stopped: `eval.patience` evaluations in a row without a new best ID loss;
+    - succeeded: the stopper says it passed, before its last step (passing at the last is completing);
+    - completed: it took its last step.
+    Between evaluations (before its first step, and at one once those that ended on their own have settled, so that
+    their results count): completed, for a run resumed at its last step; verdict_known, once the stopper says the
+    others' results decided its candidate's verdict."""
+    state = member.state
+    if state.status != "running":
+        return
+    last = state.step >= state.total_steps
+    id_loss = metrics["id/loss"] if metrics is not None else math.nan
+    if collected is not None and not collected.alive:
+        status, because = "diverged", f"train/loss = {collected.bad_loss} at step {collected.bad_step}"
+    elif metrics is not None and not math.isfinite(id_loss):
+        status, because = "diverged", f"id/loss = {id_loss} at step {state.step}"
+    elif metrics is not None and state.early_stopping.should_stop(id_loss):
+        status, because = "early_stopped", ""
+    elif metrics is not None and (why := stopper.passed(member.index, member.history)) and not last:
+        status, because = SUCCEEDED, why
+    elif last:
+        status, because = "completed", ""
+    elif collected is None and (why := stopper.decided(member.index)):
+        status, because = VERDICT_KNOWN, why
+    else:
+        return
+    state.status, state.because = status, because
 
 
 def _start(index: int, cfg, logger: Logger, resume: dict | None) -> Member:
     state, eval_sets, eval_generator = init_state(cfg)
-    member = Member(index, cfg, state, eval_sets, eval_generator, logger,
-                    started=time.perf_counter() - (resume["seconds"] if resume else 0.0))
     if resume:
         restore(state, resume)
-        member.history = list(resume.get("history", []))
-    member.finite = (copy.deepcopy(state.model.state_dict()), state.step, resume["metrics"] if resume else None)
-    return member
+    return Member(index, cfg, state, eval_sets, eval_generator, logger,
+                  started=time.perf_counter() - (resume["seconds"] if resume else 0.0),
+                  last_finite=Evaluation(copy.deepcopy(state.model.state_dict()), state.step,
+                                         resume["metrics"] if resume else None),
+                  history=list(resume.get("history", [])) if resume else [])
 
 
-def _evaluate(stack: Stack, active: dict[int, Member], step: int, on_checkpoint, stopper: Stopper) -> None:
-    """At an evaluation step: read the stack's sums once; a member whose loss went non-finite since is diverged at
-    the step it did; measure every other one, keep its last finite evaluation, decide early stopping, early success
-    and divergence, log it, then checkpoint it (with its slice of the optimizers) when finite."""
-    collected = stack.collect()
-    measured = {}
-    for slot, m in active.items():
-        alive, bad_step, bad_loss, m.state.loss_sum, m.state.hits, m.state.count = collected[slot]
-        m.state.step = step if alive else bad_step
-        if alive:
-            measured[slot] = m
-        else:
-            m.state.diverge("train/loss", bad_loss)
-    stack.unstack(list(measured))
-    latest, states = {}, {}
-    for slot, m in measured.items():
-        cfg, state = m.cfg, m.state
-        latest[slot] = (state.train_metrics() | evaluate(state.model, m.eval_sets, cfg)
-                        | task_of(cfg).diversity(cfg.task))
-        m.history.append({"step": state.step} | latest[slot])
-        if math.isfinite(latest[slot]["id/loss"]):
-            m.finite = (copy.deepcopy(state.model.state_dict()), state.step, latest[slot])
-            if state.early_stopping.should_stop(latest[slot]["id/loss"]):
-                state.status = "early_stopped"
-            elif (because := stopper.passed(m.index, m.history)) and m.training:
-                state.stop(SUCCEEDED, because)
-            states[m.index] = checkpoint(state, latest[slot], time.perf_counter() - m.started, m.history)
-            states[m.index]["optimizers"] = stack.optimizer_states(slot)
-        else:
-            state.diverge("id/loss", latest[slot]["id/loss"])
-    for slot, m in measured.items():
-        m.logger.log(latest[slot], m.state.step)
-        if _media_due(m):
-            arrays = readouts.final(m.cfg, m.state.model, m.eval_sets["ood"], copy_generator(m.eval_generator))[0]
-            m.logger.log_media(arrays, m.state.step)
-    if states and on_checkpoint:
-        on_checkpoint(states)
+def _stacked(members: list[Member]) -> tuple[Stack, Batches, dict[int, Member]]:
+    """The members as one Stack, their Batches, and slot -> member."""
+    if len({m.state.step for m in members}) > 1 or len({pack_key(m.cfg) for m in members}) > 1:
+        raise ValueError("members trained together need one pack_key and one step")
+    states = [member.state for member in members]
+    stack, batches = Stack(states, compile_mode(members[0].cfg)), Batches([m.cfg for m in members], states)
+    return stack, batches, dict(enumerate(members))
 
 
-def _media_due(member: Member) -> bool:
-    """Mid-run media every `logging.media_every` evaluations of a run still going (the end logs its own)."""
-    every = member.cfg.logging.media_every
-    return bool(every) and (member.state.step // member.cfg.eval.every) % every == 0 and member.training
+def _shrunk(stack: Stack, active: dict[int, Member]) -> tuple[Stack, Batches, dict[int, Member]]:
+    """A stack of the members still training, for when at most half of its slots still train: each takes its slice of
+    the optimizer moments into its own optimizers (its parameters are in its own module since this evaluation), and
+    goes on exactly as before: its batches come from its own stream at its step, whoever else is packed with it."""
+    for slot, member in active.items():
+        for phase, optimizer_state in zip(member.state.phases, stack.optimizer_states(slot)):
+            phase.optimizer.load_state_dict(optimizer_state)
+    return _stacked(list(active.values()))
 
 
-def _finish(member: Member) -> Result:
-    """The member's final metrics and readout; a diverged run's are those of its last finite evaluation."""
+def _measure(member: Member, collected: Collected, step: int) -> dict | None:
+    """The member's metrics at this evaluation (its training since the last, its evaluation sets, its data), added to
+    its history; None when a training loss was not finite since the last (its step is then that loss's)."""
+    state, cfg = member.state, member.cfg
+    state.step = step if collected.alive else collected.bad_step
+    if not collected.alive:
+        return None
+    metrics = {"train/loss": collected.loss_sum / collected.count}
+    if state.scores_accuracy:
+        metrics["train/acc"] = collected.hits / collected.count
+    phase, at = state.position(step - 1)  # the last step taken
+    if (lr := state.phases[phase].lr) is not None:
+        metrics["train/lr"] = lr(at)
+    metrics |= evaluate(state.model, member.eval_sets, cfg) | task_of(cfg).diversity(cfg.task)
+    member.history.append({"step": step} | metrics)
+    return metrics
+
+
+def _log(member: Member, metrics: dict) -> None:
+    """The evaluation's metrics, and every `logging.media_every` evaluations of a run still going its media (the end
+    logs its own)."""
     cfg, state = member.cfg, member.state
+    member.logger.log(metrics, state.step)
+    every = cfg.logging.media_every
+    if every and (state.step // cfg.eval.every) % every == 0 and member.running:
+        arrays = readouts.final(cfg, state.model, member.eval_sets["ood"], copy_generator(member.eval_generator))[0]
+        member.logger.log_media(arrays, state.step)
+
+
+def _finish(member: Member, stopper: Stopper, on_result: Callable[[int, Result], None] | None) -> None:
+    """The member's Result, settled with the stopper (it may decide the others' verdicts) and handed to on_result."""
+    member.result = _result(member)
+    stopper.settle(member.index, member.result.metrics)
+    if on_result:
+        on_result(member.index, member.result)
+
+
+def _result(member: Member) -> Result:
+    """The member's final metrics and readout: its last finite evaluation's (a diverged run's model is restored to
+    it), or, never evaluated, its model's now. A member stopped before its first step because its candidate's verdict
+    was known was never trained, so measuring it would read as a trained seed that failed: its result holds no metric
+    and no readout, only why it stopped and the `data/*` measures its config fixes (the diversity axis of tables)."""
+    cfg, state, task, last = member.cfg, member.state, task_of(member.cfg), member.last_finite
     if state.status == VERDICT_KNOWN and state.step == 0:
-        return _unmeasured(member)
-    if state.status == "running":  # it took its last step
-        state.status = "completed"
-    model_state, finite_step, finite_metrics = member.finite
+        facts = {"status": state.status, "steps": 0, "seconds": time.perf_counter() - member.started}
+        return Result(task.diversity(cfg.task) | facts | {"stopped_because": state.because})
     if state.status == "diverged":
-        state.model.load_state_dict(model_state)
-    task = task_of(cfg)
+        state.model.load_state_dict(last.model)
     no_window = {"train/loss": math.nan} | ({"train/acc": math.nan} if state.scores_accuracy else {})
-    final = dict(finite_metrics or no_window
-                 | evaluate(state.model, member.eval_sets, cfg) | task.diversity(cfg.task))
+    final = (dict(last.metrics) if last.metrics else
+             no_window | evaluate(state.model, member.eval_sets, cfg) | task.diversity(cfg.task))
     arrays, readout_metrics = readouts.final(cfg, state.model, member.eval_sets["ood"], member.eval_generator)
-    final |= readout_metrics | task.summary(cfg.task, member.history)
-    member.logger.log_media(arrays, finite_step)
-    final |= {"status": state.status, "steps": finite_step, "seconds": time.perf_counter() - member.started}
-    if state.stopped_because:
-        final["stopped_because"] = state.stopped_because
+    member.logger.log_media(arrays, last.step)
+    final |= readout_metrics | task.summary(cfg.task, member.history) | {
+        "status": state.status, "steps": last.step, "seconds": time.perf_counter() - member.started}
     if state.status == "diverged":  # whatever its last finite evaluation said, a diverged run does not generalize
-        final |= {"ood/success": 0.0, "diverged_because": state.diverged_because}
+        final |= {"ood/success": 0.0, "diverged_because": state.because}
+    elif state.because:
+        final["stopped_because"] = state.because
     return Result(final, arrays)
-
-
-def _unmeasured(member: Member) -> Result:
-    """The result of a member stopped before its first step because its candidate's verdict was known. Its model was
-    never trained, so measuring it would read as a trained seed that failed: it holds no metric and no readout, only
-    why it stopped and the `data/*` measures its config fixes before any training (the diversity axis of tables)."""
-    cfg, state = member.cfg, member.state
-    return Result(task_of(cfg).diversity(cfg.task) | {
-        "status": state.status, "steps": 0, "seconds": time.perf_counter() - member.started,
-        "stopped_because": state.stopped_because})
 
 
 def save(result: Result, out_dir: str | Path) -> None:

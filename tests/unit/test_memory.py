@@ -36,7 +36,7 @@ def test_an_evaluations_estimate_is_within_a_quarter_of_its_measured_peak():
     cfg = members("markov_icl.yaml", ["optim.batch_size=2", "eval.n_id=128", "eval.n_ood=128"], 1)[0]
     with LiveBytes() as live:
         state, eval_sets, _ = init_state(cfg)
-        Stack([state]).step(Batches([cfg], [state]).draw(2, [0]), 0)  # the gradients and Adam's moments, as in a run
+        Stack([state]).step(Batches([cfg], [state]).draw(2), 0)  # the gradients and Adam's moments, as in a run
         evaluate(state.model, eval_sets, cfg)
     assert memory.needs(cfg)["eval.n_id"] == pytest.approx(live.peak, rel=0.25)
 

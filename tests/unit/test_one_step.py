@@ -8,9 +8,8 @@ import torch
 from trainables import config
 from trainables.models import one_step
 from trainables.models.one_step import OneHotOneStepModel, OneStepModel
-from trainables.tasks import task_of
-from trainables.population import Batches
-from trainables.train import init_state, step, train
+from trainables.population import Batches, Stack
+from trainables.train import init_state, train
 from tests.conftest import CONFIGS
 
 SMALL = ["task.vocab_size=10", "task.max_len=14", "task.n_triggers=2", "task.lengths.low=2", "task.lengths.high=5",
@@ -100,7 +99,7 @@ def closed_form_algorithm_1(cfg):
 
     # Step 1 at W_KQ = W_V = 0: attention is uniform over the T positions and softmax(f) is uniform over N, so
     # grad W_V = mean_b (1/N - e_o) x̄_b^T with x̄ the average feature.
-    batch = batches.draw(cfg.model.n_samples_V, [0]).member(0)
+    batch = batches.draw(cfg.model.n_samples_V).member(0)
     X, valid, _ = features(batch)
     x_mean = (X * valid[..., None]).sum(1) / valid.sum(1, keepdim=True)  # (B, D)
     residual = 1 / N - torch.nn.functional.one_hot(batch.scored_targets(), N).double()  # (B, N): softmax(f) - e_o
@@ -108,7 +107,7 @@ def closed_form_algorithm_1(cfg):
 
     # Step 2 at W_KQ = 0 and the new W_V: d loss / d s_t = a_t (u_t - sum_t' a_t' u_t') with a uniform and
     # u_t = x_t^T W_V^T g, g = softmax(f) - e_o; then grad W_KQ = mean_b sum_t (d loss / d s_t) x_t x_T^T.
-    batch = batches.draw(cfg.model.n_samples_KQ, [0]).member(0)
+    batch = batches.draw(cfg.model.n_samples_KQ).member(0)
     X, valid, x_T = features(batch)
     a = valid / valid.sum(1, keepdim=True)  # (B, T)
     f = torch.einsum("nd,btd,bt->bn", W_V, X, a)
@@ -140,9 +139,9 @@ def test_each_step_differentiates_only_the_weight_it_updates():
     work) and the W_KQ step W_V; the results above show the steps themselves are unchanged."""
     cfg = config.load(CONFIGS / "paper_theory.yaml", SMALL)
     state, _, _ = init_state(cfg)
-    model, sampler = state.model, lambda: task_of(cfg).sample(cfg.task, state.phase().batch_size, state.generator)
-    step(state, sampler())
+    stack, batches, model = Stack([state]), Batches([cfg], [state]), state.model  # a pack of one: the member's module
+    stack.step(batches.draw(state.phases[0].batch_size), 0)
     assert model.W_V.grad is not None and model.W_KQ.grad is None
     model.W_V.grad = None
-    step(state, sampler())
+    stack.step(batches.draw(state.phases[1].batch_size), 1)
     assert model.W_KQ.grad is not None and model.W_V.grad is None

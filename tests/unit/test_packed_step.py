@@ -39,10 +39,10 @@ def counted_step(cfgs: list) -> tuple[OpCounter, Batches]:
     on its second step (the first creates the optimizer's state)."""
     states = [init_state(cfg)[0] for cfg in cfgs]
     stack, batches = Stack(states), Batches(cfgs, states)
-    n, slots = states[0].phases[0].batch_size, list(range(len(cfgs)))
-    stack.step(batches.draw(n, slots), 0)
+    n = states[0].phases[0].batch_size
+    stack.step(batches.draw(n), 0)
     with OpCounter() as counter:
-        stack.step(batches.draw(n, slots), 0)
+        stack.step(batches.draw(n), 0)
     return counter, batches
 
 
@@ -72,7 +72,7 @@ def test_batches_keep_their_shapes_and_the_draw_and_step_trace_as_one_graph(case
     states = [init_state(cfg)[0] for cfg in cfgs]
     stack, batches = Stack(states), Batches(cfgs, states)
     n = states[0].phases[0].batch_size
-    shapes = {tuple(batches.draw(n, [0, 1, 2]).model_input.shape) for _ in range(4)}
+    shapes = {tuple(batches.draw(n).model_input.shape) for _ in range(4)}
     assert len(shapes) == 1
     batch = torch.compile(batches.sampler, fullgraph=True, backend="eager")(n, batches.streams)
     assert batch.model_input.shape == next(iter(shapes))

@@ -90,19 +90,21 @@ def read_layers(path: str | Path | Mapping | None, overrides: list[str]) -> list
             raise ConfigError("CONFIG", f"no such file: {path}") from None
         except yaml.YAMLError as e:
             raise ConfigError("CONFIG", f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    for item in overrides:
-        key, equals, value = item.partition("=")
-        if not equals or not key:
-            raise ConfigError(item, "an override must look like key=value (e.g. task.lengths.low=3); " + _QUOTE_IT)
-        try:  # the value as OmegaConf's dotlist reads it (YAML), whatever the key's own syntax
-            layers.append(_dotted({key: OmegaConf.to_container(OmegaConf.from_dotlist([f"value={value}"]))["value"]}))
-        except oc_errors.OmegaConfBaseException as e:
-            raise ConfigError(key, f"cannot parse override ({e})") from None
-        except yaml.YAMLError as e:  # most often an unquoted list or mapping, cut at its spaces by the shell
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ConfigError(key, f"the value {value} is not valid YAML ({problem}); {_QUOTE_IT}: "
-                                   f"'{item} ...'") from None
-    return layers
+    return layers + [_override(item) for item in overrides]
+
+
+def _override(item: str) -> Layer:
+    """A `key=value` override as a layer, its value read as OmegaConf's dotlist reads it (YAML)."""
+    key, equals, value = item.partition("=")
+    if not equals or not key:
+        raise ConfigError(item, "an override must look like key=value (e.g. task.lengths.low=3); " + _QUOTE_IT)
+    try:
+        return _dotted({key: OmegaConf.to_container(OmegaConf.from_dotlist([f"value={value}"]))["value"]})
+    except oc_errors.OmegaConfBaseException as e:
+        raise ConfigError(key, f"cannot parse override ({e})") from None
+    except yaml.YAMLError as e:  # most often an unquoted list or mapping, cut at its spaces by the shell
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(key, f"the value {value} is not valid YAML ({problem}); {_QUOTE_IT}: '{item} ...'") from None
 
 
 # The shell splits an unquoted override at each space: `search.slices=[{key: a, values: [1]}]` arrives as 4 words.
@@ -184,20 +186,9 @@ def refuse_overrides_of(overrides: list[str], set_by: dict[str, str]) -> None:
                 raise ConfigError(key, reason.replace("{value}", value))
             if key.startswith(swept + "."):
                 raise ConfigError(key, f"it sets part of {swept}, which {reason.replace('{value}', '...')}")
-            if swept.startswith(key + ".") and _sets(item, swept):
+            if swept.startswith(key + ".") and any(k == swept or k.startswith(swept + ".")  # task.lengths={low: 3}
+                                                   for k, _ in _override(item)):
                 raise ConfigError(key, f"it sets {swept}, which {reason.replace('{value}', '...')}")
-
-
-def _sets(override: str, key: str) -> bool:
-    """Whether a mapping override (`task.lengths={low: 3}`) sets `key` (task.lengths.low)."""
-    layer = OmegaConf.from_dotlist([override])  # parsed before, by read_layers
-    try:
-        return OmegaConf.select(layer, key, default=_ABSENT) is not _ABSENT
-    except oc_errors.OmegaConfBaseException:  # a plain value where key needs a section: refused by the merge
-        return False
-
-
-_ABSENT = object()
 
 
 def _merged(layers: list[Layer]) -> Config:
@@ -205,8 +196,10 @@ def _merged(layers: list[Layer]) -> Config:
     validated.
 
     All but the last layer are set once per process: a sweep applies each of its thousands of points (the driver
-    to plan, each pack to its members) to one base, and setting a whole base again cost more than training a
-    one-step member; copying it set costs a fifth of that (docs/PERFORMANCE.md)."""
+    to plan, each pack to its members) to one base, and setting a whole base again (20 ms) costs more than training
+    a one-step member; copying it once set costs a tenth of that. Why not set a point on the dataclasses directly
+    (0.1 ms; done until issue 41): that needed OmegaConf anyway for every value it could not vouch for, a second
+    path that had to give the same configs and errors."""
     task, model = _name(layers, "task", TASKS), _name(layers, "model", MODELS)
     *before, last = _written_for(_written_for(layers, "task", TASKS, task), "model", MODELS, model) or [[]]
     cfg = copy.deepcopy(_applied(task, model, before))

@@ -76,8 +76,8 @@ def config(source: str | os.PathLike | Mapping | Experiment, *overrides: str) ->
     if bad:
         raise ConfigError(repr(bad[0]), "an override must be a string key=value (e.g. 'task.lengths.low=3')")
     overrides = tuple(overrides)
-    present = {name for layer in trial_config.read_layers(source, list(overrides)) for name in SECTIONS
-               if name in layer}
+    present = {key.partition(".")[0] for layer in trial_config.read_layers(source, list(overrides))
+               for key, _ in layer} & set(SECTIONS)
     ours = lambda section: [o for o in overrides if _section_of(o) in (None, section)]
     base = trial_config.load(source, ours(None))
     sweep = points = search = None

@@ -10,12 +10,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import functools
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 import torch
 import yaml
@@ -62,51 +62,93 @@ def load(path: str | Path | Mapping | None = None, overrides: list[str] = (), ch
     """
     for item in overrides:  # load_section took its own section's overrides; any left would be silently dropped
         key = item.partition("=")[0]
-        if key.partition(".")[0] in ORCHESTRATION_SECTIONS:
-            raise ConfigError(key, f"this verb does not read a {key.partition('.')[0]}: section (headsweep grid reads "
+        if _head(key) in ORCHESTRATION_SECTIONS:
+            raise ConfigError(key, f"this verb does not read a {_head(key)}: section (headsweep grid reads "
                                    "sweep.*, headsweep search reads search.*)")
-    layers = [_without(layer, ORCHESTRATION_SECTIONS) for layer in read_layers(path, overrides)]
-    return from_layers(layers, check_device)
+    layers = [[(k, v) for k, v in layer if _head(k) not in ORCHESTRATION_SECTIONS]
+              for layer in read_layers(path, overrides)]
+    return _checked(_merged(layers), check_device)
 
 
-def read_layers(path: str | Path | Mapping | None, overrides: list[str]) -> list[DictConfig]:
+# A layer: what a YAML file, a dict, an override or a sweep point sets, as (dotted key, value) pairs in its order.
+Layer = list[tuple[str, Any]]
+
+
+def read_layers(path: str | Path | Mapping | None, overrides: list[str]) -> list[Layer]:
     """The YAML file (or a dict holding what one would: from Python, headsweep.config) and each override as separate
-    OmegaConf layers, syntax-checked."""
+    layers, syntax-checked."""
     layers = []
     if isinstance(path, Mapping):
         try:
-            layers.append(OmegaConf.create(dict(path)))
+            layers.append(_pairs(OmegaConf.create(dict(path))))
         except oc_errors.OmegaConfBaseException as e:
             raise ConfigError("CONFIG", f"the dict is not a config ({str(e).splitlines()[0]})") from None
     elif path is not None:
         try:
-            layers.append(OmegaConf.load(path))
+            layers.append(_pairs(OmegaConf.load(path)))
         except FileNotFoundError:
             raise ConfigError("CONFIG", f"no such file: {path}") from None
         except yaml.YAMLError as e:
             raise ConfigError("CONFIG", f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    for item in overrides:
-        key, equals, value = item.partition("=")
-        if not equals or not key:
-            raise ConfigError(item, "an override must look like key=value (e.g. task.lengths.low=3); " + _QUOTE_IT)
-        try:
-            layers.append(OmegaConf.from_dotlist([item]))
-        except oc_errors.OmegaConfBaseException as e:
-            raise ConfigError(key, f"cannot parse override ({e})") from None
-        except yaml.YAMLError as e:  # most often an unquoted list or mapping, cut at its spaces by the shell
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ConfigError(key, f"the value {value} is not valid YAML ({problem}); {_QUOTE_IT}: "
-                                   f"'{item} ...'") from None
-    return layers
+    return layers + [_override(item) for item in overrides]
+
+
+def _override(item: str) -> Layer:
+    """A `key=value` override as a layer, its value read as OmegaConf's dotlist reads it (YAML)."""
+    key, equals, value = item.partition("=")
+    if not equals or not key:
+        raise ConfigError(item, "an override must look like key=value (e.g. task.lengths.low=3); " + _QUOTE_IT)
+    try:
+        return _dotted({key: OmegaConf.to_container(OmegaConf.from_dotlist([f"value={value}"]))["value"]})
+    except oc_errors.OmegaConfBaseException as e:
+        raise ConfigError(key, f"cannot parse override ({e})") from None
+    except yaml.YAMLError as e:  # most often an unquoted list or mapping, cut at its spaces by the shell
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(key, f"the value {value} is not valid YAML ({problem}); {_QUOTE_IT}: '{item} ...'") from None
 
 
 # The shell splits an unquoted override at each space: `search.slices=[{key: a, values: [1]}]` arrives as 4 words.
 _QUOTE_IT = "if the shell split an override at its spaces, put single quotes around the whole override"
 
 
-def from_layers(layers: list[DictConfig], check_device: bool = True) -> Config:
+def _pairs(node: Mapping, prefix: str = "") -> Layer:
+    """A mapping (a DictConfig unresolved: interpolations stay as written) as a layer: one pair per value that is not
+    itself a non-empty mapping, so that setting them one by one merges it key by key, as OmegaConf.merge would. A
+    dot in a key is escaped: it names one key (search.reference's `task.lengths.shape`)."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node)
+    if not isinstance(node, Mapping):  # a YAML file that holds a list or a value
+        raise ConfigError("CONFIG", f"must be a mapping of keys to values, not {node!r}")
+    return _dotted({prefix + str(key).replace(".", "\\."): value for key, value in node.items()})
+
+
+def _dotted(pairs: Mapping[str, Any]) -> Layer:
+    """Dotted keys (an override, a sweep point) and their values as a layer: a mapping value set key by key."""
+    return [pair for key, value in pairs.items()
+            for pair in (_pairs(value, key + ".") if isinstance(value, Mapping) and value else [(key, value)])]
+
+
+def _parts(key: str) -> list[str]:
+    """A dotted key's parts, an escaped dot kept in its part (unescaped)."""
+    return [part.replace("\\.", ".") for part in re.split(r"(?<!\\)\.", key)]
+
+
+def _head(key: str) -> str:
+    return key.partition(".")[0]
+
+
+def from_layers(layers: list[Mapping], check_device: bool = True) -> Config:
     """Merge layers (files, overrides, plain dicts) onto the schema their task/model names pick, then validate."""
-    cfg = _merged(layers)
+    return _checked(_merged([_pairs(layer) for layer in layers]), check_device)
+
+
+def with_point(base: dict, point: dict[str, Any], check_device: bool = True) -> Config:
+    """The validated config of one sweep member: a base config dict with the point's dotted keys set, each as an
+    override sets it (see _merged for why a sweep's thousands of these stay cheap)."""
+    return _checked(_merged([_pairs(base), _dotted(point)]), check_device)
+
+
+def _checked(cfg: Config, check_device: bool) -> Config:
     task_of(cfg).resolve(cfg.task)  # derived fields, so config.yaml shows what is actually used
     validate(cfg, check_device)
     return cfg
@@ -116,9 +158,11 @@ def load_section(path: str | Path | Mapping, overrides: list[str], name: str, sc
     """The base trial config and an orchestration section (`sweep:`, `search:`) typed by `schema`: `<name>.*`
     overrides go to the section, the others to the base config."""
     layers = read_layers(path, overrides)
-    base = load(path, [o for o in overrides if o.partition("=")[0].partition(".")[0] != name], check_device=False)
-    sections = [OmegaConf.create(layer[name]) for layer in layers if name in layer]
-    return base, OmegaConf.to_object(merge_checked(schema(), sections, prefix=f"{name}."))
+    base = load(path, [o for o in overrides if _head(o.partition("=")[0]) != name], check_device=False)
+    root = OmegaConf.create({name: OmegaConf.structured(schema())})  # so that every error names the whole key
+    for layer in layers:
+        _apply(root, [(key, value) for key, value in layer if _head(key) == name])
+    return base, OmegaConf.to_object(root[name])
 
 
 def renamed_value(key: str, value: Any, new_names: dict[str, str]) -> Any:
@@ -142,173 +186,97 @@ def refuse_overrides_of(overrides: list[str], set_by: dict[str, str]) -> None:
                 raise ConfigError(key, reason.replace("{value}", value))
             if key.startswith(swept + "."):
                 raise ConfigError(key, f"it sets part of {swept}, which {reason.replace('{value}', '...')}")
-            if swept.startswith(key + ".") and _sets(item, swept):
+            if swept.startswith(key + ".") and any(k == swept or k.startswith(swept + ".")  # task.lengths={low: 3}
+                                                   for k, _ in _override(item)):
                 raise ConfigError(key, f"it sets {swept}, which {reason.replace('{value}', '...')}")
 
 
-def _sets(override: str, key: str) -> bool:
-    """Whether a mapping override (`task.lengths={low: 3}`) sets `key` (task.lengths.low)."""
-    layer = OmegaConf.from_dotlist([override])  # parsed before, by read_layers
-    try:
-        return OmegaConf.select(layer, key, default=_ABSENT) is not _ABSENT
-    except oc_errors.OmegaConfBaseException:  # a plain value where key needs a section: refused by the merge
-        return False
+def _merged(layers: list[Layer]) -> Config:
+    """The layers set one after another onto the schema their task and model names pick, not yet resolved or
+    validated.
 
-
-_ABSENT = object()
-
-
-def with_point(base: dict, point: dict[str, Any], check_device: bool = True) -> Config:
-    """The validated config of one sweep trial: a base config dict with the point's dotted keys set.
-
-    A sweep builds thousands of these (the driver to plan, each trial for its members), and OmegaConf's merge of a
-    whole config cost more than training a one-step member. So the base is merged once per process and each point's
-    values are set on a copy of it, where every key names a field and every value already has its field's type;
-    anything else (a new task or model name, a list, a string for a number, an unknown key) goes through OmegaConf,
-    which converts it or names what is wrong. Either way the result is resolved and validated."""
-    cfg = _assigned(_merged_base(base), point)
-    if cfg is None:
-        layer = OmegaConf.create()
-        for key, value in point.items():
-            OmegaConf.update(layer, key, value, force_add=True)
-        return from_layers([OmegaConf.create(base), layer], check_device)
-    task_of(cfg).resolve(cfg.task)
-    validate(cfg, check_device)
-    return cfg
-
-
-_merged_bases: dict[str, Config] = {}  # repr(base dict) -> it merged onto its schema, unresolved and unvalidated
-
-
-def _merged_base(base: dict) -> Config:
-    key = repr(base)
-    if key not in _merged_bases:
-        if len(_merged_bases) >= 16:  # a process sees one or two bases; never let the cache grow without bound
-            _merged_bases.clear()
-        _merged_bases[key] = _merged([OmegaConf.create(base)])
-    return _merged_bases[key]
-
-
-def _merged(layers: list[DictConfig]) -> Config:
-    """The layers merged onto the schema their task and model names pick, not yet resolved or validated."""
+    All but the last layer are set once per process: a sweep applies each of its thousands of points (the driver
+    to plan, each pack to its members) to one base, and setting a whole base again (20 ms) costs more than training
+    a one-step member; copying it once set costs a tenth of that. Why not set a point on the dataclasses directly
+    (0.1 ms; done until issue 41): that needed OmegaConf anyway for every value it could not vouch for, a second
+    path that had to give the same configs and errors."""
     task, model = _name(layers, "task", TASKS), _name(layers, "model", MODELS)
-    layers = _written_for(_written_for(layers, "task", TASKS, task), "model", MODELS, model)
-    return OmegaConf.to_object(merge_checked(_schema(task, model), layers))
+    *before, last = _written_for(_written_for(layers, "task", TASKS, task), "model", MODELS, model) or [[]]
+    cfg = copy.deepcopy(_applied(task, model, before))
+    _apply(cfg, last)
+    return OmegaConf.to_object(cfg)
 
 
-def _written_for(layers: list[DictConfig], key: str, registry, final: str) -> list[DictConfig]:
-    """The layers, with what a section says for another task or model than the `final` one cut to the keys the final
+_applied_layers: dict[str, DictConfig] = {}  # repr((task, model, layers)) -> the schema with those layers set
+
+
+def _applied(task: str, model: str, layers: list[Layer]) -> DictConfig:
+    """The structured schema of a task and a model with `layers` set (never changed: _merged sets a copy)."""
+    key = repr((task, model, layers))
+    if key not in _applied_layers:
+        if len(_applied_layers) >= 16:  # a process sees one or two bases; never let the cache grow without bound
+            _applied_layers.clear()
+        cfg = OmegaConf.structured(Config(task=TASKS[task].config(), model=MODELS[model].config()))
+        for layer in layers:
+            _apply(cfg, layer)
+        _applied_layers[key] = cfg
+    return _applied_layers[key]
+
+
+def _written_for(layers: list[Layer], key: str, registry, final: str) -> list[Layer]:
+    """The layers, with what a layer says for another task or model than the `final` one cut to the keys the final
     one also has: a config file written for the transformer, switched by `model.name=base_conv` (an override, a sweep
     point), keeps its shared keys (d_model, n_layers) and drops the transformer's own (n_heads, positional). Which
     name a layer was written for: its own `<key>.name`, else the one in force from the layers before it."""
     shared = {f.name for f in dataclasses.fields(registry[final].config)}
     current, out = registry.default, []
     for layer in layers:
-        section = layer.get(key)
-        if isinstance(section, Mapping):
-            current = section.get("name") or current
-            if current != final:
-                layer = OmegaConf.merge(_without(layer, (key,)),
-                                        {key: {k: v for k, v in section.items() if k in shared}})
+        current = next((value for k, value in reversed(layer) if k == f"{key}.name" and value), current)
+        if current != final:
+            layer = [(k, v) for k, v in layer if not k.startswith(f"{key}.") or _head(k[len(key) + 1:]) in shared]
         out.append(layer)
     return out
 
 
-def _assigned(base: Config, point: dict[str, Any]) -> Config | None:
-    """A copy of `base` with the point's values set, or None where one of them needs OmegaConf (see with_point)."""
-    if "task.name" in point or "model.name" in point:  # these choose the sections' schemas
-        return None
-    cfg = copy.deepcopy(base)
-    for key, value in point.items():
-        *path, leaf = key.split(".")
-        parent = cfg
-        for part in path:
-            parent = getattr(parent, part, None)
-        kind = _field_types(type(parent)).get(leaf) if dataclasses.is_dataclass(parent) else None
-        if not (type(value) is kind or (kind is float and type(value) is int)):
-            return None
-        setattr(parent, leaf, kind(value))  # an int for a float field becomes a float, as OmegaConf makes it
-    return cfg
+def _apply(cfg: DictConfig, layer: Layer) -> None:
+    """Set a layer's pairs with OmegaConf.update, which indexes lists (`search.slices.1.values`) and converts each
+    value to its field's type, with what it refuses or would get wrong (an index out of range, a value for a section)
+    a ConfigError naming the key."""
+    for key, value in layer:
+        if isinstance(value, str) and value == "???":  # as OmegaConf.merge: a missing value leaves what is set
+            continue
+        node, parts = cfg, _parts(key)
+        for depth, part in enumerate(parts):
+            if isinstance(node, ListConfig):
+                _require_index(node, ".".join(parts[:depth]), part)
+            elif depth and node is not None and not isinstance(node, DictConfig):  # update would replace it by {}
+                raise ConfigError(".".join(parts[:depth]), f"is a value ({node!r}), not a section with a key {part}")
+            node = _child(node, part)
+        if isinstance(node, DictConfig) and _is_value(value):
+            raise ConfigError(key, f"is a section ({', '.join(map(str, node.keys()))}), not a value: set one of its "
+                                   f"keys, e.g. {key}.{next(iter(node.keys()), 'KEY')}=...")
+        try:
+            OmegaConf.update(cfg, key, value)
+        except oc_errors.OmegaConfBaseException as e:
+            full_key, problem = str(e.full_key or ""), str(e).splitlines()[0]
+            if not full_key.startswith(_head(key)):  # it names no key, or one inside the value (a whole list)
+                raise ConfigError(key, problem) from None
+            if isinstance(e, (oc_errors.ConfigKeyError, oc_errors.ConfigAttributeError)):
+                unknown = re.sub(r"\[(\d+)\]", r".\1", full_key)  # as an override names it: search.slices.0.x
+                raise ConfigError(unknown, f"unknown key{_closest(cfg, unknown)}") from None
+            raise ConfigError(full_key, problem) from None
 
 
-@functools.lru_cache(maxsize=None)
-def _field_types(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def merge_checked(schema: Any, layers: list[DictConfig], prefix: str = "") -> DictConfig:
-    """OmegaConf.merge onto a structured schema (a dataclass or its DictConfig), with its errors turned into
-    ConfigError naming the full key."""
-    structured = schema if isinstance(schema, DictConfig) else OmegaConf.structured(schema)
-    try:
-        return _merge(structured, layers, prefix)
-    except oc_errors.ConfigKeyError as e:
-        raise ConfigError(prefix + e.full_key, f"unknown key{_closest(structured, e.full_key, prefix)}") from None
-    except oc_errors.ValidationError as e:
-        raise ConfigError(prefix + (e.full_key or "CONFIG"), str(e).splitlines()[0]) from None
-
-
-def _merge(structured: DictConfig, layers: list[DictConfig], prefix: str) -> DictConfig:
-    """OmegaConf.merge, or where it fails without naming a key, layer by layer through _shaped, which names it.
-
-    That happens for an override that indexes a list, `search.slices.1.values=[1,3]`: from_dotlist reads it as the
-    mapping {search: {slices: {"1": {values: [1, 3]}}}}, which OmegaConf cannot merge onto a list (TypeError). The
-    slow path turns it into the whole list merged so far with element 1 changed, as OmegaConf users expect. The fast
-    path stays first: a sweep merges once per point."""
-    try:
-        return OmegaConf.merge(structured, *layers)
-    except (TypeError, oc_errors.ValidationError) as e:
-        if getattr(e, "full_key", None):  # OmegaConf named the key: merge_checked reports it
-            raise
-    merged = structured
-    for layer in layers:
-        merged = OmegaConf.merge(merged, _shaped(layer, merged, prefix))
-    return merged
-
-
-def _shaped(node: Any, target: Any, path: str) -> Any:
-    """`node` (a layer or part of one, at dotted `path`) as OmegaConf can merge it onto `target` (what is merged so
-    far there): a mapping of indices onto a list becomes that whole list with those elements changed. Any other
-    mismatch of shape is a ConfigError naming the key."""
-    if isinstance(node, DictConfig):
-        node = OmegaConf.to_container(node)  # unresolved: interpolations stay as written
-    key = path[:-1]
-    if isinstance(target, ListConfig) and isinstance(node, Mapping):
-        return _list_with(node, target, path)
-    if isinstance(target, DictConfig) and _is_value(node):
-        raise ConfigError(key, f"is a section ({', '.join(map(str, target.keys()))}), not a value: set one of its "
-                               f"keys, e.g. {path}{next(iter(target.keys()), 'KEY')}=...")
-    if not (isinstance(target, DictConfig) and isinstance(node, Mapping)):
-        return node
-    typed, known = dataclasses.is_dataclass(OmegaConf.get_type(target)), list(target.keys())
-    for name in node:
-        if typed and name not in known:
-            match = difflib.get_close_matches(str(name), list(map(str, known)), n=1)
-            raise ConfigError(f"{path}{name}", "unknown key" + (f" (did you mean {path}{match[0]}?)" if match else ""))
-    return {name: _shaped(value, _child(target, name), f"{path}{name}.") for name, value in node.items()}
-
-
-def _list_with(indexed: Mapping, target: ListConfig, path: str) -> list:
-    """The list `target` with the elements `indexed` names ({"1": {values: [1, 3]}}) changed."""
-    key, items = path[:-1], OmegaConf.to_container(target)
+def _require_index(items: ListConfig, key: str, part: str) -> None:
+    """`part` of a dotted key must name an element of the list at `key`: OmegaConf.update would add a key to it,
+    fail with an IndexError, or fill a new element with defaults."""
     whole = f"give the whole list ('{key}=[...]')"
-    for index, value in indexed.items():
-        if not str(index).isdigit():
-            raise ConfigError(f"{path}{index}", f"{key} is a list: name an element by its index "
-                                                f"({path}0.{index}=...), or {whole}")
-        if int(index) >= len(items):
-            held = f"elements 0 to {len(items) - 1}" if items else "no elements"
-            raise ConfigError(f"{path}{index}", f"index out of range: {key} has {held}; to add one, {whole}")
-        element = _shaped(value, target[int(index)], f"{path}{index}.")
-        items[int(index)] = _updated(items[int(index)], element)
-    return items
-
-
-def _updated(old: Any, new: Any) -> Any:
-    """`old` with `new` merged in as OmegaConf merges: mappings key by key, anything else replaced whole."""
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        return {**old, **{name: _updated(old.get(name), value) for name, value in new.items()}}
-    return new
+    if not part.isdigit():
+        raise ConfigError(f"{key}.{part}", f"{key} is a list: name an element by its index ({key}.0.{part}=...), "
+                                           f"or {whole}")
+    if int(part) >= len(items):
+        held = f"elements 0 to {len(items) - 1}" if len(items) else "no elements"
+        raise ConfigError(f"{key}.{part}", f"index out of range: {key} has {held}; to add one, {whole}")
 
 
 def _is_value(node: Any) -> bool:
@@ -318,24 +286,21 @@ def _is_value(node: Any) -> bool:
     return not (isinstance(node, str) and (node == "???" or "${" in node))
 
 
-def _child(parent: DictConfig, name: Any) -> Any:
-    """parent[name], or None where there is nothing to merge onto (an absent, missing or unresolvable value)."""
+def _child(parent: Any, name: str) -> Any:
+    """parent[name], or None where there is nothing there (absent, missing or unresolvable)."""
     try:
-        return parent[name] if name in parent else None
+        if isinstance(parent, ListConfig):
+            return parent[int(name)]
+        return parent[name] if isinstance(parent, DictConfig) and name in parent else None
     except oc_errors.OmegaConfBaseException:
         return None
 
 
-def _without(layer: DictConfig, keys: tuple[str, ...]) -> DictConfig:
-    return OmegaConf.create({k: v for k, v in layer.items() if k not in keys}) if any(k in layer for k in keys) else layer
-
-
-def _name(layers: list[DictConfig], key: str, registry) -> str:
+def _name(layers: list[Layer], key: str, registry) -> str:
     """The `<key>.name` the last layer that sets one gives (the registry's default when none does); the plugin it
     names is imported and checked here, so a bad one is refused before anything else."""
-    for layer in reversed(layers):  # DictConfigs or plain dicts
-        section = layer.get(key)
-        name = section.get("name") if isinstance(section, Mapping) else None
+    for layer in reversed(layers):
+        name = next((value for k, value in reversed(layer) if k == f"{key}.name" and value is not None), None)
         if name is not None:
             registry[name]  # raises ConfigError naming `<key>.name` and what is wrong
             return name
@@ -343,25 +308,17 @@ def _name(layers: list[DictConfig], key: str, registry) -> str:
 
 
 def forget_derived() -> None:
-    """Drop the schemas and merged bases built so far: a task or model registered anew under a name may have another
-    config dataclass (trainables/plugins.py)."""
-    _schema.cache_clear()
-    _merged_bases.clear()
+    """Drop the schemas built so far: a task or model registered anew under a name may have another config
+    dataclass (trainables/plugins.py)."""
+    _applied_layers.clear()
 
 
-@functools.lru_cache(maxsize=None)
-def _schema(task: str, model: str) -> DictConfig:
-    """The structured schema of a task and a model, built once per process (a sweep validates every point with it;
-    OmegaConf.merge copies it, never changes it)."""
-    return OmegaConf.structured(Config(task=TASKS[task].config(), model=MODELS[model].config()))
-
-
-def _closest(schema: DictConfig, full_key: str, prefix: str = "") -> str:
-    parent_path, _, key = full_key.rpartition(".")
-    parent = OmegaConf.select(schema, parent_path) if parent_path else schema
-    options = list(parent.keys()) if isinstance(parent, DictConfig) else []
-    match = difflib.get_close_matches(key, options, n=1)
-    return f" (did you mean {prefix}{(parent_path + '.' if parent_path else '') + match[0]}?)" if match else ""
+def _closest(cfg: DictConfig, key: str) -> str:
+    parent_path, _, name = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_path, default=None) if parent_path else cfg
+    options = list(map(str, parent.keys())) if isinstance(parent, DictConfig) else []
+    match = difflib.get_close_matches(name, options, n=1)
+    return f" (did you mean {(parent_path + '.' if parent_path else '') + match[0]}?)" if match else ""
 
 
 def to_yaml(cfg: Config, **sections) -> str:

@@ -2,6 +2,7 @@
 import shutil
 
 import pytest
+import yaml
 
 from trainables import config
 from trainables.errors import ConfigError
@@ -131,36 +132,40 @@ def test_to_yaml_round_trips(tmp_path, load_config):
     assert config.load(tmp_path / "c.yaml", []) == cfg
 
 
-# --- with_point: a copy of the merged base with the point set, else OmegaConf's merge -------------------------------
+# --- with_point: the base set once per process, each point's keys set on a copy as overrides are -----------------
 
-def _merged_by_omegaconf(monkeypatch):
-    monkeypatch.setattr(config, "_assigned", lambda base, point: None)
+def as_overrides(point: dict) -> list[str]:
+    return [f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
+            for key, value in point.items()]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml") if "\nsweep:" in p.read_text()))
-def test_every_sweep_point_is_the_config_omegaconf_merges(name, monkeypatch):
+def test_every_sweep_point_is_the_config_its_overrides_give(name):
+    """A point applied to the resolved base dict (once per process, then copied) is the file with the point's keys
+    as overrides: the copy is never shared between points, nor changed by one."""
     from sweep.space import load_sweep
 
     base, _, points = load_sweep(CONFIGS / name, [])
     base_dict = config.to_dict(base)
-    fast = [config.to_yaml(config.with_point(base_dict, p, check_device=False)) for p in points]
-    _merged_by_omegaconf(monkeypatch)
-    assert fast == [config.to_yaml(config.with_point(base_dict, p, check_device=False)) for p in points]
+    members = [config.to_yaml(config.with_point(base_dict, p, check_device=False)) for p in points]
+    assert members == [config.to_yaml(config.load(CONFIGS / name, as_overrides(p), check_device=False))
+                       for p in points]
+    assert config.to_yaml(config.with_point(base_dict, {}, check_device=False)) == config.to_yaml(base)
 
 
-@pytest.mark.parametrize("point", [
-    {"model.eta_V": 3},  # an int for a float field: 3.0
-    {"task.lengths.low": "4"},  # a string for an int: OmegaConf converts it
-    {"task.lengths.weights": [1, 2]},  # a list: OmegaConf types its items
-    {"model.name": "one_step", "optim.lr": 1},  # a section's name (it picks the schema), an int for a float
-    {"seed": 3, "task.lengths.width": 4},  # width resolves high
+@pytest.mark.parametrize("point, expected", [
+    ({"model.eta_V": 3}, {"model.eta_V": 3.0}),  # an int for a float field: 3.0
+    ({"task.lengths.low": "4"}, {"task.lengths.low": 4}),  # a string for an int: OmegaConf converts it
+    ({"task.lengths.weights": [1, 2]}, {"task.lengths.weights": [1.0, 2.0]}),  # a list: OmegaConf types its items
+    ({"model.name": "one_step", "optim.lr": 1}, {"optim.lr": 1.0}),  # a section's name (it picks the schema)
+    ({"seed": 3, "task.lengths.width": 4}, {"seed": 3, "task.lengths.high": 6}),  # width resolves high
 ])
-def test_a_point_gives_what_omegaconf_gives(point, monkeypatch):
+def test_a_point_is_converted_to_its_fields_types(point, expected):
     base = config.to_dict(config.load(CONFIGS / "paper_theory.yaml"))
-    fast = config.with_point(base, point, check_device=False)
-    _merged_by_omegaconf(monkeypatch)
-    assert config.to_yaml(fast) == config.to_yaml(config.with_point(base, point, check_device=False))  # 3.0, not 3
-    assert config.with_point(base, {}, check_device=False) != fast
+    cfg = config.with_point(base, point, check_device=False)
+    for key, value in expected.items():
+        assert repr(config.select(cfg, key)) == repr(value), key  # 3.0, not 3
+    assert config.to_yaml(config.with_point(base, {}, check_device=False)) != config.to_yaml(cfg)
 
 
 @pytest.mark.parametrize("point, key", [
@@ -169,14 +174,13 @@ def test_a_point_gives_what_omegaconf_gives(point, monkeypatch):
     ({"task.lengths.low": True}, "task.lengths.low"),  # a bool for an int
     ({"task.lengths.low": 0}, "task.lengths.low"),  # valid type, impossible value
 ])
-def test_a_bad_point_is_refused_as_omegaconf_refuses_it(point, key, monkeypatch):
+def test_a_bad_point_is_refused_as_its_override_is(point, key):
     base = config.to_dict(config.load(CONFIGS / "paper_theory.yaml"))
-    with pytest.raises(ConfigError) as fast:
+    with pytest.raises(ConfigError) as member:
         config.with_point(base, point, check_device=False)
-    _merged_by_omegaconf(monkeypatch)
-    with pytest.raises(ConfigError) as slow:
-        config.with_point(base, point, check_device=False)
-    assert fast.value.key == slow.value.key == key and fast.value.reason == slow.value.reason
+    with pytest.raises(ConfigError) as override:
+        config.load(CONFIGS / "paper_theory.yaml", as_overrides(point))
+    assert member.value.key == override.value.key == key and member.value.reason == override.value.reason
 
 
 def test_switching_the_model_keeps_the_keys_both_share_and_drops_the_others():

@@ -28,7 +28,7 @@ from trainables.errors import ConfigError, require
 from trainables.logger import LoggingConfig
 from trainables.models import MODELS
 from trainables.optim import OptimConfig
-from trainables.tasks import TASKS, task_of, threshold_problem
+from trainables.tasks import TASKS, is_continuous, task_of, threshold_problem
 from trainables.train import EvalConfig
 
 DEVICES = ("cpu", "cuda")
@@ -36,7 +36,7 @@ DEVICES = ("cpu", "cuda")
 
 @dataclass
 class Config:
-    """One trial: what data, which model, how it is trained and measured."""
+    """One member: what data, which model, how it is trained and measured."""
 
     name: str = "headsweep"  # experiment name: progress bars, W&B group, Optuna study prefix
     seed: int = 0  # the one seed: initialisation, training data and evaluation data all derive from it
@@ -384,7 +384,7 @@ def select(cfg: Config, dotted_key: str) -> Any:
 def _require_matching_inputs(cfg: Config, task, spec) -> None:
     """A token task's model reads token ids, a continuous task's its real-valued inputs (Task.input_width,
     ModelSpec.reads); the key named is the one that picks what the model reads (model.embedding where it has one)."""
-    reads, continuous = spec.reads(cfg.model), task.input_width(cfg.task) is not None
+    reads, continuous = spec.reads(cfg.model), is_continuous(task)
     key = "model.embedding" if hasattr(cfg.model, "embedding") else "model.name"
     what = f"{cfg.model.embedding} ({spec.name})" if key == "model.embedding" else spec.name
     require(

@@ -1,4 +1,4 @@
-"""The figures of one trial: pure functions (arrays) -> matplotlib Figure or uint8 RGB image, shared by the W&B media
+"""The figures of one member: pure functions (arrays) -> matplotlib Figure or uint8 RGB image, shared by the W&B media
 of a trial and the report's gallery; and the figure plumbing every figure uses (new_figure, png_bytes, rgb).
 
 It lives in trainables/ because W&B media are drawn inside a trial, and data flows one way (trainables -> sweep ->

@@ -83,7 +83,7 @@ class TaskView:
         return (PanelSection("OOD generalization by diversity",
                              f"Does the model generalize out of distribution ({success}), and from how much "
                              "diversity?", generalization),
-                PanelSection("Attention maps", "Per trial, at the end of training: each layer's attention pattern on "
+                PanelSection("Attention maps", "Per member, at the end of training: each layer's attention pattern on "
                              "an OOD example (a model without attention logs none).",
                              tuple(Panel("media", (f"attention/pattern_L{layer}H0",), f"layer {layer}, head 0")
                                    for layer in (0, 1))),

@@ -38,7 +38,7 @@ class BigramTriggerView(TaskView):
                       Panel("line", ("late/acc",), "late/acc"),
                       Panel("line", ("lengthgen/acc", "lengthgen/acc_beyond"), "length generalization"),
                       Panel("media", ("lengthgen/by_position",), "accuracy and previous-token head by position"))),
-        PanelSection("Attention maps", "Per trial at the end of training: each layer's pattern on an OOD example.",
+        PanelSection("Attention maps", "Per member at the end of training: each layer's pattern on an OOD example.",
                      tuple(Panel("media", (key,), key) for key in (
                          "attention/pattern_L0H0", "attention/pattern_L1H0"))),
         PanelSection("Training", "In-distribution fit.",

@@ -71,7 +71,7 @@ def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
 
 def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
     """W&B media key -> (uint8 image, caption). The curves are rendered (one small line plot, tens of milliseconds
-    once per trial: a heatmap would not show three curves), the patterns drawn as plain heatmaps."""
+    once per member: a heatmap would not show three curves), the patterns drawn as plain heatmaps."""
     out = pattern_figures.all_images(arrays)
     if "k" in arrays:
         out[MEDIA_KEY] = (figures.rgb(mse_by_k(arrays)), "MSE of the k-th prediction: model (solid), ridge (dashed), "

@@ -26,7 +26,7 @@ class LinearRegressionView(TaskView):
                       Panel("scatter", ("data/n_tasks", "ood/ridge_gap"), "M against final ood/ridge_gap"),
                       Panel("scatter", ("ood/ridge_gap", "ood/dmmse_gap"), "closer to ridge or to dMMSE"))),
         PanelSection("In-context learning curve",
-                     "Per trial, at the end of training: the MSE of the k-th prediction (from k-1 pairs) of the "
+                     "Per member, at the end of training: the MSE of the k-th prediction (from k-1 pairs) of the "
                      "model beside ridge's and dMMSE's, on fresh and on pool tasks; and attention patterns.",
                      (Panel("media", ("regression/mse_by_k",), "MSE by context length"),
                       Panel("line", ("ood/mse_at_1", "ood/mse"), "ood MSE of the first prediction and overall",

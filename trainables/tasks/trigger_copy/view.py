@@ -34,7 +34,7 @@ class TriggerCopyView(TaskView):
                      + (Panel("scatter", ("data/max_sum_ratio", "mech/induction_score"),
                               "max-sum ratio R against the induction score"),)),
         PanelSection("Attention maps",
-                     "Per trial, at the end of training: attention at the query per layer and head with the first "
+                     "Per member, at the end of training: attention at the query per layer and head with the first "
                      "trigger and the output token marked, the one-step W_KQ with its blocks, and OOD accuracy by "
                      "(l1, l2).",
                      tuple(Panel("media", (key,), key) for key in (

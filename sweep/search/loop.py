@@ -37,7 +37,7 @@ POLL_S = 2.0  # while other drivers train what is left, look at the studies agai
 def verdict_rule(search: SearchConfig, first: int = 0):
     """point -> the rule its member is judged and stopped by (sweep/verdicts.py, search.stop): the search's
     success, and with stop.decided (bisection, exhaustive, tpe) its candidate's seeds as one group (the point without its
-    seed, and which block of seeds_for it is: a re-evaluation is a group of its own). None for every point when
+    seed, and which block of Sampler.seeds it is: a re-evaluation is a group of its own). None for every point when
     nothing could stop (no streak, no group of several seeds)."""
     success, stop = search.success, search.stop
     decided = stop.decided and samplers.kind(search).judged_by_candidate

@@ -333,7 +333,7 @@ def test_a_seed_stopped_once_its_candidate_was_decided_has_no_verdict_of_its_own
 
 
 def test_a_search_rule_groups_each_evaluations_seeds_apart(tmp_path):
-    """Seeds [0, 1] are the first evaluation of a candidate, [2, 3] its re-check (seeds_for): two groups."""
+    """Seeds [0, 1] are the first evaluation of a candidate, [2, 3] its re-check (Sampler.seeds): two groups."""
     _, search, *_ = setup(tmp_path, "search.sampler=bisection", "search.success.seeds=[0,1]",
                           "search.success.min_seeds=2")
     rule = loop.verdict_rule(search)

@@ -34,15 +34,22 @@ def head():
 
 
 def test_a_grid_loses_its_second_node_and_still_finishes_every_point(head, tmp_path):
-    out = (tmp_path / "grid").resolve()  # the same path on both nodes: they share this machine's filesystem
-    node = grid = None
+    node = grid = victim = None
     try:
         node = start_node(head, num_cpus=1)
-        with open(tmp_path / "grid.log", "wb") as log:
-            grid = subprocess.Popen([HEADSWEEP, "grid", str(CONFIG), "--out", str(out), "--address", head.address],
-                                    env=head.client_env(), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        victim = wait_for_a_checkpointed_trial_on(node, out, grid)
+        # Ray may place every trial on the head (seen in 2 of 4 runs: the four short trials ran there one after
+        # another): then the grid proves nothing about losing a node, and runs again, into a fresh --out.
+        for attempt in range(3):
+            out = (tmp_path / f"grid{attempt}").resolve()  # the same path on both nodes: one filesystem
+            with open(tmp_path / "grid.log", "wb") as log:
+                grid = subprocess.Popen([HEADSWEEP, "grid", str(CONFIG), "--out", str(out), "--address",
+                                         head.address], env=head.client_env(), stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            victim = wait_for_a_checkpointed_trial_on(node, out, grid)
+            if victim is not None:
+                break
+            assert grid.wait(timeout=GRID_TIMEOUT_S) == 0, log_tail(tmp_path / "grid.log", 80)
+        assert victim is not None, "in 3 grids no trial ran on the second node"
         # Freeze the node before looking: a trial whose result.json is missing now has not finished, so Tune must
         # retry it (a trial that finished between the look and the kill would prove nothing).
         freeze(node)
@@ -93,9 +100,9 @@ def stop_driver(grid: subprocess.Popen | None) -> None:
         grid.wait(timeout=30)
 
 
-def wait_for_a_checkpointed_trial_on(node, out: Path, grid: subprocess.Popen) -> Path:
+def wait_for_a_checkpointed_trial_on(node, out: Path, grid: subprocess.Popen) -> Path | None:
     """The directory of a trial that a worker of `node` is training and that has logged an evaluation (whose
-    checkpoint it has staged): its worker holds the trial's metrics.jsonl open."""
+    checkpoint it has staged): its worker holds the trial's metrics.jsonl open. None if the grid ended first."""
     deadline = time.monotonic() + GRID_TIMEOUT_S
     while time.monotonic() < deadline and grid.poll() is None:
         for p in alive(node_processes(node)):
@@ -107,7 +114,9 @@ def wait_for_a_checkpointed_trial_on(node, out: Path, grid: subprocess.Popen) ->
                 if path.name == "metrics.jsonl" and out in path.parents and path.stat().st_size > 0:
                     return path.parent
         time.sleep(0.2)
-    pytest.fail(f"no trial ran on the second node (grid exit {grid.poll()})")
+    if grid.poll() is None:
+        pytest.fail(f"no trial ran on the second node within {GRID_TIMEOUT_S} s")
+    return None
 
 
 def freeze(node) -> None:

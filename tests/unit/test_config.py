@@ -196,16 +196,3 @@ def test_switching_the_model_keeps_the_keys_both_share_and_drops_the_others():
     assert type(overridden.model).__name__ == "OneStepConfig"
     with pytest.raises(ConfigError, match=r"model\.n_heads: unknown key"):  # a key set after the switch still counts
         config.load(CONFIGS / "debug.yaml", ["model.name=one_step", "model.n_heads=2"])
-
-
-def test_a_point_asked_again_is_a_fresh_copy_of_the_same_config():
-    """with_point builds a point once per process: what a caller changes on the config it got (the tuner sets
-    `device`, a test a field) never reaches the next caller of the same point."""
-    base = config.to_dict(config.load(CONFIGS / "paper_theory.yaml"))
-    point = {"task.lengths.low": 4, "seed": 3}
-    first = config.with_point(base, point)
-    first.task.lengths.low, first.device = 99, "cuda"
-    again = config.with_point(base, point)
-    assert again is not first and again.task.lengths.low == 4 and again.device == "cpu" and again.seed == 3
-    assert config.to_yaml(again) == config.to_yaml(config.load(CONFIGS / "paper_theory.yaml",
-                                                               ["task.lengths.low=4", "seed=3"]))

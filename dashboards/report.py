@@ -275,7 +275,7 @@ def _distribution_search(out: Path, members: pd.DataFrame, cfg: dict, task: Task
     search = cfg.get("search") or {}
     best = pd.read_csv(out / "best.csv")
     reference = ", ".join(f"{k}={v}" for k, v in (search.get("reference") or {}).items()) or "none"
-    metric = search.get("minimize")
+    metric = (search.get("tpe") or {}).get("minimize") or search.get("minimize")  # flat: written before search.tpe
     sections = [Section(f"Lowest {metric} that generalizes, per slice (best.csv; reference: {reference})", table=best)]
     for column in ("q", "reference q"):
         if column in best.columns:

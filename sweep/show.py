@@ -33,7 +33,7 @@ def text(out: OutDir) -> str:
     from sweep.search.config import load_search
 
     base, search = load_search(source, [])
-    table_file = out.local / ("best.csv" if search.minimize else "min_diversity.csv")
+    table_file = out.local / ("best.csv" if search.tpe.minimize else "min_diversity.csv")
     if not table_file.exists():
         raise ConfigError("DIR", f"{out} is a search whose driver never wrote {table_file.name} (still running, or "
                                  "killed before it could): run the same search again to resume it")

@@ -154,15 +154,30 @@ def _checked(cfg: Config, check_device: bool) -> Config:
     return cfg
 
 
-def load_section(path: str | Path | Mapping, overrides: list[str], name: str, schema: type) -> tuple[Config, Any]:
+def load_section(path: str | Path | Mapping, overrides: list[str], name: str, schema: type,
+                 moved: Mapping[str, str] = {}) -> tuple[Config, Any]:
     """The base trial config and an orchestration section (`sweep:`, `search:`) typed by `schema`: `<name>.*`
-    overrides go to the section, the others to the base config."""
+    overrides go to the section, the others to the base config. `moved`: old dotted key -> new, for keys that moved
+    within the section; a config is an interface, so the old key still sets the new one, with a one-line notice."""
     layers = read_layers(path, overrides)
     base = load(path, [o for o in overrides if _head(o.partition("=")[0]) != name], check_device=False)
     root = OmegaConf.create({name: OmegaConf.structured(schema())})  # so that every error names the whole key
+    noticed = set()
     for layer in layers:
-        _apply(root, [(key, value) for key, value in layer if _head(key) == name])
+        pairs = [(_moved_key(key, moved, noticed), value) for key, value in layer if _head(key) == name]
+        _apply(root, pairs)
     return base, OmegaConf.to_object(root[name])
+
+
+def _moved_key(key: str, moved: Mapping[str, str], noticed: set) -> str:
+    """`key` (or the key it is inside of: search.params.0.low) under its new name; a notice, once per old key."""
+    for old, new in moved.items():
+        if key == old or key.startswith(old + "."):
+            if old not in noticed:
+                noticed.add(old)
+                print(f"headsweep: {old} is deprecated; use {new}", file=sys.stderr)
+            return new + key[len(old):]
+    return key
 
 
 def renamed_value(key: str, value: Any, new_names: dict[str, str]) -> Any:
@@ -339,7 +354,8 @@ def to_yaml_as_written_before(cfg: Config, **sections) -> list[str]:
 def _dump(data: dict, sections: dict) -> str:
     dump = lambda data: yaml.dump(data, default_flow_style=False, allow_unicode=True, sort_keys=False,
                                   Dumper=get_omega_conf_dumper())
-    return dump(data) + "".join(dump({name: dataclasses.asdict(section)}) for name, section in sections.items())
+    return dump(data) + "".join(dump({name: section if isinstance(section, dict) else dataclasses.asdict(section)})
+                                for name, section in sections.items())
 
 
 # Keys added after configs were first written into output directories and Optuna studies, with the default that

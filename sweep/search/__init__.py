@@ -74,8 +74,8 @@ def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: s
 def _answered(base, search: SearchConfig, storage, all_slices: list, out: OutDir) -> pd.DataFrame | None:
     """The table of a search that has nothing left to ask (every slice finished, nothing running), computed from its
     studies and files without writing anything; None if a slice would ask more, or has no study yet. (Searches for
-    the cheapest distribution, search.minimize, always go through the loop.)"""
-    if search.minimize or not (out.local / "min_diversity.csv").exists():
+    the cheapest distribution, search.tpe.minimize, always go through the loop.)"""
+    if search.tpe.minimize or not (out.local / "min_diversity.csv").exists():
         return None
     try:
         loaded = {sl.study_name: optuna.load_study(study_name=sl.study_name, storage=storage) for sl in all_slices}
@@ -89,7 +89,7 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
             so_far: bool = False) -> str:
     """What `headsweep search` prints at the end: the per-slice table (K*_q with its interval, or the best
     candidates), what K*_q means, and where the files are; `so_far`: of a search stopped before its end."""
-    if search.minimize:
+    if search.tpe.minimize:
         lines = [table.drop(columns=["study"]).to_string(index=False)]
     else:
         axis = task_of(base).diversity_axis
@@ -103,7 +103,7 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
         extend_line = tables.extend_note(table)
         if extend_line:
             lines.append(extend_line)
-    lines.append(f"[{out}/{'best.csv' if search.minimize else 'min_diversity.csv'}, {out}/report.html]"
+    lines.append(f"[{out}/{'best.csv' if search.tpe.minimize else 'min_diversity.csv'}, {out}/report.html]"
                  + (f" (local copy: {out.local})" if out.mirror else ""))
     if so_far:
         lines.insert(0, "stopped: the table so far ('no (open)': a slice that would have asked more; its seeds are "
@@ -113,11 +113,13 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
 
 def _as_written_before(base, search) -> list[str]:
     """config.yaml as earlier versions wrote this search: before a sampler was renamed (search.sampler: grid, now
-    exhaustive) and before config.ADDED_KEYS existed. Its --out resumes (its studies do: the sampler is not in their
-    fingerprint, nor an added key at its default)."""
-    searches = [search] + [dataclasses.replace(search, sampler=old)
-                           for old, new in RENAMED_SAMPLERS.items() if new == search.sampler]
-    return [text for s in searches
+    exhaustive), before the samplers' keys moved into their subsections (MOVED_KEYS) and before config.ADDED_KEYS
+    existed. Its --out resumes (its studies do: the sampler is not in their fingerprint, nor an added key at its
+    default, and the moved keys count as before)."""
+    renamed = [search] + [dataclasses.replace(search, sampler=old)
+                          for old, new in RENAMED_SAMPLERS.items() if new == search.sampler]
+    sections = [s for r in renamed for s in (r, r.as_flat_keys())]
+    return [text for s in sections
             for text in (config.to_yaml(base, search=s), *config.to_yaml_as_written_before(base, search=s))]
 
 
@@ -127,7 +129,7 @@ def _write_tables_and_report(out: OutDir, base, search, opened: dict, all_slices
     out.pull_members()
     table = tables.write(out.local, base, search, opened, all_slices)
     report.build(out.local)
-    if not search.minimize:
+    if not search.tpe.minimize:
         try:  # the answer and its curve as a W&B run of the search's own; a W&B failure never fails a finished search
             search_wandb.log_search(out.local)
         except Exception as e:  # noqa: BLE001

@@ -2,15 +2,15 @@
 validated before anything runs."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-import optuna
-
 from sweep.search import guide, samplers
+from sweep.search.samplers import ThresholdConfig, TpeConfig
 from sweep.search.estimate import seeds_to_decide
 from sweep.search.guide import GuideConfig
 from sweep.space import AxisConfig, RunConfig, did_you_mean, parse_constraint
@@ -21,6 +21,11 @@ from trainables.errors import require
 from trainables.tasks import margin, task_of, threshold_problem
 
 RENAMED_SAMPLERS = {"grid": "exhaustive"}  # old name -> new: `grid` is the verb (issue [house] item 4); still read
+# Keys that moved into their sampler's subsection (issue [lean]): still read, with a deprecation line, and an output
+# directory whose config.yaml has them flat resumes.
+MOVED_KEYS = {"search.batch": "search.threshold.batch", "search.resolution": "search.threshold.resolution",
+              "search.sampler_seed": "search.tpe.seed", "search.params": "search.tpe.params",
+              "search.minimize": "search.tpe.minimize"}
 # search.stop.streak's default, in evaluations: replayed on the transformer search trained to the end
 # (docs/PERFORMANCE.md, "Verdict-aware stopping"), seeds passed ood/acc >= 0.99 at up to 10 evaluations in a row and
 # still ended below it; 12 was the shortest streak that changed no seed's verdict there.
@@ -36,29 +41,6 @@ class KnobConfig:
     low: int = 1
     high: int = 13
     values: list[Any] = field(default_factory=list)  # explicit values, increasing diversity; replaces low..high
-
-
-@dataclass
-class ParamConfig:
-    """A further dimension of a tpe search (e.g. a parameter of the training distribution): a number, or a list of `size` numbers."""
-
-    key: str = "???"  # dotted config key, e.g. a parameter of the training distribution
-    type: str = "float"  # float | int
-    low: float = 0.0
-    high: float = 1.0
-    step: float = 0.0  # 0: continuous floats, steps of 1 for ints
-    log: bool = False
-    size: int = 0  # > 0: the key takes a list, searched as key[0] .. key[size-1] (e.g. free weights q_1 .. q_U)
-    when: dict[str, Any] = field(default_factory=dict)  # only in slices with these {slice key: value}
-
-    def names(self) -> list[str]:
-        return [f"{self.key}[{i}]" for i in range(self.size)] if self.size else [self.key]
-
-    def distribution(self) -> optuna.distributions.BaseDistribution:
-        if self.type == "int":
-            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log,
-                                                        step=int(self.step or 1))
-        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log, step=self.step or None)
 
 
 @dataclass
@@ -105,11 +87,8 @@ class SearchConfig(RunConfig):
     success: SuccessConfig = field(default_factory=SuccessConfig)
     sampler: str = "threshold"  # threshold (K*_q with an interval) | bisection (m of n seeds, the older protocol)
     # | tpe (params, a metric minimised) | exhaustive (every value once, the reference; `grid` before)
-    batch: int = 3  # threshold: seeds trained per evaluation of a knob value (a slice's seeds: seed, seed + 1, ...)
-    resolution: float = 1.0  # threshold: a slice is done once its interval spans at most this many knob steps
-    sampler_seed: int = 0  # tpe's seed, fixed so a study is reproducible
-    params: list[ParamConfig] = field(default_factory=list)  # tpe only: dimensions beyond (or instead of) the knob
-    minimize: str = ""  # tpe only: the metric minimised over candidates that succeed (e.g. data/cost); "" = the knob
+    threshold: ThresholdConfig = field(default_factory=ThresholdConfig)  # the threshold sampler's own settings
+    tpe: TpeConfig = field(default_factory=TpeConfig)  # the tpe sampler's own settings
     reference: dict[str, Any] = field(default_factory=dict)  # config keys evaluated once per slice beside the search,
     # e.g. the theory's optimal distribution, with the success seeds; reported next to the best found
     per_round: int = 1  # candidates a study asks per round (tpe and exhaustive; threshold and bisection ask one at a time)
@@ -125,12 +104,23 @@ class SearchConfig(RunConfig):
 
     def swept_keys(self) -> list[str]:
         """The keys the search sets per slice and candidate: the names a constraint may use."""
-        return [a.key for a in self.slices] + [self.knob.key] + [n for p in self.params for n in p.names()]
+        return [a.key for a in self.slices] + [self.knob.key] + [n for p in self.tpe.params for n in p.names()]
+
+    def as_flat_keys(self) -> dict:
+        """The section as a plain dict laid out as before each sampler had its subsection (MOVED_KEYS): how
+        config.yaml was written then, in its order."""
+        moved = {new.split(".")[1]: [] for new in MOVED_KEYS.values()}
+        for old, new in MOVED_KEYS.items():
+            moved[new.split(".")[1]].append((old.split(".")[1], new.split(".")[2]))
+        data = {}
+        for key, value in dataclasses.asdict(self).items():
+            data |= {old: value[new] for old, new in moved[key]} if key in moved else {key: value}
+        return data
 
 
 def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
     """The base training config and the validated search section (`search.*` overrides go to it)."""
-    base, search = config.load_section(path, overrides, "search", SearchConfig)
+    base, search = config.load_section(path, overrides, "search", SearchConfig, MOVED_KEYS)
     search.sampler = config.renamed_value("search.sampler", search.sampler, RENAMED_SAMPLERS)
     config.refuse_overrides_of(overrides, searched_keys(search))
     task, success = task_of(base), search.success  # resolved, so config.yaml says what counts as success
@@ -197,8 +187,9 @@ def searched_keys(search: SearchConfig) -> dict[str, str]:
     ignored = "so this override would be ignored"
     set_by = {axis.key: f"is set in each slice by search.slices[{i}], {ignored}; to search one value, override the "
                         f"slice: 'search.slices.{i}.values=[{{value}}]'" for i, axis in enumerate(search.slices)}
-    set_by |= {param.key: f"is set at each candidate by search.params[{i}], {ignored}; to narrow it, override "
-                          f"search.params.{i}.low and search.params.{i}.high" for i, param in enumerate(search.params)}
+    set_by |= {param.key: f"is set at each candidate by search.tpe.params[{i}], {ignored}; to narrow it, override "
+                          f"search.tpe.params.{i}.low and search.tpe.params.{i}.high"
+               for i, param in enumerate(search.tpe.params)}
     if search.knob.key:
         set_by[search.knob.key] = (f"is set at each candidate by the search's knob, {ignored}; to search one value, "
                                    "override the knob: 'search.knob.values=[{value}]'")
@@ -214,27 +205,28 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
     slice_keys = [axis.key for axis in search.slices]
     threshold_issue = threshold_problem(success.metric, success.threshold, success.direction != "<=")
     checks = [
-        ("search.knob.key", bool(knob.key) or (sampler.searches_params and bool(search.params)),
+        ("search.knob.key", bool(knob.key) or (sampler.searches_params and bool(search.tpe.params)),
          "is required (only a tpe search with params can do without a knob)"),
         ("search.knob.key", not knob.key or is_key(knob.key), "is not a key of the training config"),
         ("search.knob.high", bool(knob.values) or knob.high >= knob.low, "must be >= search.knob.low"),
         ("search.knob.values", all(isinstance(v, (int, float)) for v in knob.values)
          and len(set(knob.values)) == len(knob.values), "must be numbers, each once"),
-        ("search.params", sampler.searches_params or not search.params,
+        ("search.tpe.params", sampler.searches_params or not search.tpe.params,
          "need search.sampler=tpe (the other samplers search one knob)"),
-        ("search.minimize", sampler.searches_params or not search.minimize,
+        ("search.tpe.minimize", sampler.searches_params or not search.tpe.minimize,
          "needs search.sampler=tpe (the other samplers minimise the knob)"),
         ("search.per_round", search.per_round >= 1 and (search.per_round == 1 or not sampler.one_at_a_time),
          "must be >= 1, and 1 for the threshold and bisection samplers (each asks where its last results point)"),
         ("search.success.rate", 0 < success.rate < 1, f"must be in (0, 1), got {success.rate}"),
         ("search.success.confidence", 0 < success.confidence < 1, f"must be in (0, 1), got {success.confidence}"),
-        ("search.batch", search.batch >= 1, f"must be >= 1, got {search.batch}"),
-        ("search.resolution", search.resolution > 0, f"must be > 0 (knob steps), got {search.resolution}"),
+        ("search.threshold.batch", search.threshold.batch >= 1, f"must be >= 1, got {search.threshold.batch}"),
+        ("search.threshold.resolution", search.threshold.resolution > 0,
+         f"must be > 0 (knob steps), got {search.threshold.resolution}"),
         ("search.budget.trainings", search.budget.trainings >= 1, f"must be >= 1, got {search.budget.trainings}"),
         ("search.success.seeds", sampler.judged_by_candidate or (success.seeds, success.min_seeds) == (default.seeds,
                                                                                         default.min_seeds),
          "are for the bisection, exhaustive and tpe samplers; the threshold sampler draws seeds seed, seed + 1, ... "
-         "(search.batch per evaluation): drop seeds and min_seeds, or set search.sampler=bisection"),
+         "(search.threshold.batch per evaluation): drop seeds and min_seeds, or set search.sampler=bisection"),
         ("search.success.direction", success.direction in (">=", "<="), "must be >= or <="),
         ("search.success.threshold", threshold_issue is None, threshold_issue),
         ("search.success.seeds", bool(success.seeds) and len(set(success.seeds)) == len(success.seeds)
@@ -245,8 +237,8 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("device", base.device != "cuda" or search.resources.gpu > 0,
          "cuda needs search.resources.gpu > 0: Ray hides the GPUs from trials that ask for none"),
     ]
-    for i, param in enumerate(search.params):
-        where = f"search.params[{i}]"
+    for i, param in enumerate(search.tpe.params):
+        where = f"search.tpe.params[{i}]"
         checks += [
             (f"{where}.key", is_key(param.key), f"{param.key} is not a key of the training config"),
             (f"{where}.type", param.type in ("int", "float"), "must be int or float"),
@@ -267,6 +259,6 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
     reported = dry_run.reported_metrics(base)  # else a misspelt metric would fail every candidate, silently
     require(*((f"search.{key}", not name or name in reported, f"{name} is not a metric of this task's trials (they "
                f"report {', '.join(sorted(m for m in reported if '/' in m))})")
-              for key, name in (("success.metric", success.metric), ("minimize", search.minimize))))
+              for key, name in (("success.metric", success.metric), ("tpe.minimize", search.tpe.minimize))))
     guide.check(search.guide, slice_keys, base)
 

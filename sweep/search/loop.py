@@ -91,9 +91,9 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
     extend adds that many completed trials to each slice's budget (seed trainings for the threshold sampler) and to
     the total, beyond what is done already; a converged bisection or exhaustive study has nothing left to ask, so extending
     it changes nothing, and neither does extending a threshold study whose interval is already narrow enough (a
-    smaller search.resolution asks for more). The reference points (if any) train in the first round. With a guide,
-    verdicts flow between studies round by round, so a driver killed mid-round must not let a resumed search mix
-    rounds: each round's studies are written down before they ask (ROUND_PLAN), and a resumed search first re-runs
+    smaller search.threshold.resolution asks for more). The reference points (if any) train in the first round. With
+    a guide, verdicts flow between studies round by round, so a driver killed mid-round must not let a resumed search
+    mix rounds: each round's studies are written down before they ask (ROUND_PLAN), and a resumed search first re-runs
     the interrupted round for those that were not told.
     """
     chooser = {sl.study_name: samplers.for_slice(search, sl.values, sl.params) for sl in all_slices}
@@ -282,12 +282,12 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
     trial.set_user_attr("judged", sum(r.get("status") != VERDICT_KNOWN for r in results))  # the curve's seeds
     shortfall = -sorted(margins, reverse=True)[success.min_seeds - 1]
     trial.set_constraint("success", min(shortfall, 1e6))  # finite: a NaN metric is a large shortfall
-    if not search.minimize:
+    if not search.tpe.minimize:
         study.tell(trial, float(trial.params[search.knob.key]))
         return
-    objective = [_metric(r, search.minimize) for r in results]
+    objective = [_metric(r, search.tpe.minimize) for r in results]
     if not all(math.isfinite(v) for v in objective):
-        trial.set_user_attr("failed_because", f"{search.minimize} is missing or not finite in a result")
+        trial.set_user_attr("failed_because", f"{search.tpe.minimize} is missing or not finite in a result")
         study.tell(trial, state=TrialState.FAIL)
         return
     study.tell(trial, sum(objective) / len(objective))

@@ -2,15 +2,15 @@
 an object answering the questions the rounds (loop.py), the tables and the guide ask; `kind` is the only place that
 reads `search.sampler`.
 
-- Threshold (`threshold`, the default): the next value is where `search.batch` more seeds are expected to leave the
-  least uncertainty about K*_q (allocation.py, on estimate.py's model); a slice is done when its interval is as
-  narrow as `search.resolution` or its `search.budget.trainings` are spent. Every seed is trained at one value only,
-  so the values' outcomes are independent draws, as the interval's tests assume.
+- Threshold (`threshold`, the default): the next value is where `search.threshold.batch` more seeds are expected to
+  leave the least uncertainty about K*_q (allocation.py, on estimate.py's model); a slice is done when its interval is
+  as narrow as `search.threshold.resolution` or its `search.budget.trainings` are spent. Every seed is trained at one
+  value only, so the values' outcomes are independent draws, as the interval's tests assume.
 - Bisection (`bisection`, the protocol before intervals): success is taken as monotone in diversity and each value
   gets a verdict (m of n seeds must succeed, pooled as a rate); it bisects the ordered values and re-checks the
   boundary with fresh seeds before it stops (bisection.next_value). With m = n that is the all-pass rule.
 - Exhaustive (`exhaustive`, `grid` before): every value once, smallest first: the reference.
-- Tpe (`tpe`): Optuna's TPE over the knob and search.params, minimising the knob or search.minimize among the
+- Tpe (`tpe`): Optuna's TPE over the knob and search.tpe.params, minimising the knob or search.tpe.minimize among the
   candidates that succeed (a constraint TPE understands: loop.tell).
 The last three judge a candidate by one m-of-n verdict over the same seeds (search.success.seeds) at every value.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import optuna
@@ -40,10 +40,50 @@ ASKED = (TrialState.COMPLETE, TrialState.RUNNING)  # an evaluation asked, done o
 
 
 @dataclass
+class ThresholdConfig:
+    """search.threshold: the threshold sampler's settings (its budget: search.budget.trainings)."""
+
+    batch: int = 3  # seeds trained per evaluation of a knob value (a slice's seeds: seed, seed + 1, ...)
+    resolution: float = 1.0  # a slice is done once its interval spans at most this many knob steps
+
+
+@dataclass
+class ParamConfig:
+    """A further dimension of a tpe search (search.tpe.params) (e.g. a parameter of the training distribution): a number, or a list of `size` numbers."""
+
+    key: str = "???"  # dotted config key, e.g. a parameter of the training distribution
+    type: str = "float"  # float | int
+    low: float = 0.0
+    high: float = 1.0
+    step: float = 0.0  # 0: continuous floats, steps of 1 for ints
+    log: bool = False
+    size: int = 0  # > 0: the key takes a list, searched as key[0] .. key[size-1] (e.g. free weights q_1 .. q_U)
+    when: dict[str, Any] = field(default_factory=dict)  # only in slices with these {slice key: value}
+
+    def names(self) -> list[str]:
+        return [f"{self.key}[{i}]" for i in range(self.size)] if self.size else [self.key]
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        if self.type == "int":
+            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log,
+                                                        step=int(self.step or 1))
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log, step=self.step or None)
+
+
+@dataclass
+class TpeConfig:
+    """search.tpe: the tpe sampler's settings (its budget: search.budget.per_slice)."""
+
+    seed: int = 0  # fixed, so a study is reproducible
+    params: list[ParamConfig] = field(default_factory=list)  # dimensions beyond (or instead of) the knob
+    minimize: str = ""  # the metric minimised over candidates that succeed (e.g. data/cost); "" = the knob
+
+
+@dataclass
 class Sampler:
     """What every sampler answers; the defaults are those of the samplers that judge a candidate's seeds together."""
 
-    key: str  # the knob ("" for a tpe search of search.params alone)
+    key: str  # the knob ("" for a tpe search of search.tpe.params alone)
     values: list  # the slice's valid knob values, least diverse first
     min_rate: float  # a value succeeds when at least this share of its seeds pass
     per_slice: int  # the budget: evaluations a slice may ask (seed trainings, for the threshold sampler)
@@ -54,11 +94,11 @@ class Sampler:
     # seed is a draw of p(K) and the answer is K*_q with its interval
     steerable: ClassVar[bool] = False  # the guide's predictions steer where it probes (guide.py)
     one_at_a_time: ClassVar[bool] = False  # asks where its last results point: one candidate a round
-    searches_params: ClassVar[bool] = False  # searches search.params (and may minimise a metric), not the knob alone
+    searches_params: ClassVar[bool] = False  # searches search.tpe.params (and may minimise a metric), not the knob alone
 
     @classmethod
     def for_slice(cls, search: SearchConfig, values: list, params: list) -> Sampler:
-        """The sampler of a slice with these knob values and search.params (those that apply to it)."""
+        """The sampler of a slice with these knob values and search.tpe.params (those that apply to it)."""
         success = search.success
         return cls(search.knob.key, values, success.min_seeds / len(success.seeds), search.budget.per_slice,
                    success.seeds)
@@ -135,8 +175,8 @@ class Bisection(Sampler):
 
 @dataclass
 class Tpe(Sampler):
-    seed: int = 0  # search.sampler_seed: fixed, so a study is reproducible
-    several: bool = False  # search.params: several dimensions (a distribution's parameters) modelled jointly
+    seed: int = 0  # search.tpe.seed
+    several: bool = False  # search.tpe.params: several dimensions (a distribution's parameters) modelled jointly
     per_round: int = 1
 
     searches_params: ClassVar[bool] = True
@@ -144,7 +184,7 @@ class Tpe(Sampler):
     @classmethod
     def for_slice(cls, search: SearchConfig, values: list, params: list) -> Tpe:
         plain = Sampler.for_slice(search, values, params)
-        return cls(plain.key, values, plain.min_rate, plain.per_slice, plain.seeds_each, search.sampler_seed,
+        return cls(plain.key, values, plain.min_rate, plain.per_slice, plain.seeds_each, search.tpe.seed,
                    bool(params), search.per_round)
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
@@ -178,7 +218,8 @@ class Threshold(Sampler):
     def for_slice(cls, search: SearchConfig, values: list, params: list) -> Threshold:
         success = search.success
         return cls(search.knob.key, values, success.rate, search.budget.trainings, confidence=success.confidence,
-                   batch=search.batch, resolution=search.resolution)
+                   batch=search.threshold.batch,
+                   resolution=search.threshold.resolution)
 
     def used(self, trials):
         return bisection.seeds_asked(trials)
@@ -231,5 +272,5 @@ def kind(search: SearchConfig) -> type[Sampler]:
 
 
 def for_slice(search: SearchConfig, values: list, params: list = ()) -> Sampler:
-    """The sampler of a slice with these knob values and search.params (those that apply to it)."""
+    """The sampler of a slice with these knob values and search.tpe.params (those that apply to it)."""
     return kind(search).for_slice(search, values, list(params))

@@ -4,7 +4,6 @@ or resuming a study (refusing a foreign one: a study of the same name that anoth
 sampler. Which driver holds which trial is owners.py's."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -18,7 +17,8 @@ import optuna
 import sqlalchemy
 
 from sweep.search import guide, owners, samplers
-from sweep.search.config import ParamConfig, SearchConfig
+from sweep.search.config import SearchConfig
+from sweep.search.samplers import ParamConfig
 from sweep.space import axis_values, parse_constraint, point_id
 from trainables import config
 from trainables.errors import ConfigError
@@ -73,7 +73,7 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
     result = []
     for combo in itertools.product(*value_lists):
         point = dict(zip(keys, combo))
-        params = [p for p in search.params if all(point.get(k) == v for k, v in p.when.items())]
+        params = [p for p in search.tpe.params if all(point.get(k) == v for k, v in p.when.items())]
         name = f"{study_prefix}.{point_id(point)}" if point else study_prefix
         candidates = search.knob.values or range(search.knob.low, search.knob.high + 1)
         values = [v for v in candidates if holds(checks, point | {knob: v})] if knob else []
@@ -268,7 +268,7 @@ def fingerprint(base: config.Config, search: SearchConfig) -> str:
     runs of one study (as --extend does); a config key added since (config.ADDED_KEYS) counts only when set."""
     training = {k: v for k, v in config.without_added_defaults(config.to_dict(base)).items()
                 if k not in ("name", "device", "logging")}  # an added key at its default: the same experiment
-    asked = {k: v for k, v in dataclasses.asdict(search).items() if k in ASKED}
+    asked = {k: v for k, v in search.as_flat_keys().items() if k in ASKED}  # tpe's, as before its subsection
     asked["success"].pop("confidence")  # how sure the interval must be is not what the seeds measure
     return hashlib.sha256(json.dumps([training, asked], sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -24,7 +24,7 @@ from trainables.tasks import task_of
 def write(out: Path, base: config.Config, search: SearchConfig, studies: dict, all_slices: list[Slice]) -> pd.DataFrame:
     """Write trials.csv and min_diversity.csv (or best.csv) from the studies; the per-slice table, for printing."""
     atomic_write(out / "trials.csv", member_rows(studies, all_slices, search, out).to_csv(index=False))
-    if search.minimize:
+    if search.tpe.minimize:
         table = best_rows(studies, all_slices, search, base, out)
         distributions = [c for c in ("q", "reference q") if c in table.columns]
         atomic_write(out / "best.csv", table.assign(**{c: table[c].map(format_distribution) for c in distributions})
@@ -116,7 +116,7 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
             "p_at_widest": widest.p if widest else np.nan, "p_at_widest_low": widest.p_low if widest else np.nan,
             "p_at_widest_high": widest.p_high if widest else np.nan,
             "seeds": int(trained.sum()), "finished": done, "stopped": stop_reason(fit, passed, trained, search, done),
-            "to_settle": 0 if fit.settled(search.resolution) else estimate.seeds_to_settle(
+            "to_settle": 0 if fit.settled(search.threshold.resolution) else estimate.seeds_to_settle(
                 fit, passed, trained, success.rate, success.confidence)}
         if not trained.any():  # no evidence: no answer, not the estimate's "every value and none"
             answer = {"diversity_star", "diversity_star_low", "diversity_star_high", "widest_tried"}
@@ -177,7 +177,7 @@ PLATEAU = 0.15  # a slice out of budget whose rates around the crossing lie this
 
 def stop_reason(fit: estimate.Estimate, passed, trained, search: SearchConfig, done: bool) -> str:
     """Why a slice stopped: settled, plateau near q, budget, or open (not finished: a search stopped before)."""
-    if fit.settled(search.resolution):
+    if fit.settled(search.threshold.resolution):
         return "settled"
     if not done:
         return "open"
@@ -198,7 +198,7 @@ def best_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, base
     """One row per slice: the feasible candidate with the lowest objective (its params, objective, the task's
     diversity measure, success rate, training distribution q), how many candidates were evaluated (`n_trials`:
     completed Optuna trials) and feasible, and the reference's measured values."""
-    base_dict, metric, axis = config.to_dict(base), search.minimize, task_of(base).diversity_axis
+    base_dict, metric, axis = config.to_dict(base), search.tpe.minimize, task_of(base).diversity_axis
     rows = []
     for sl in all_slices:
         done = [t for t in studies[sl.study_name].get_trials(deepcopy=False) if t.state.name == "COMPLETE"]

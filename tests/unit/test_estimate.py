@@ -279,8 +279,8 @@ def test_the_sampler_stops_when_the_budget_is_spent():
     ("search.success.confidence=1", "search.success.confidence"),
     ("search.budget.trainings=0", "search.budget.trainings"),
     ("search.success.rate=0.99", "search.budget.trainings"),  # the budget cannot show p >= 0.99
-    ("search.resolution=-1", "search.resolution"),
-    ("search.batch=0", "search.batch"),
+    ("search.threshold.resolution=-1", "search.threshold.resolution"),
+    ("search.threshold.batch=0", "search.threshold.batch"),
     ("search.success.min_seeds=1", None),  # the default: accepted
     ("search.success.seeds=[0,1]", "search.success.seeds"),  # the threshold sampler draws its own seeds
 ])

@@ -139,9 +139,9 @@ def test_an_override_of_part_of_a_key_the_sweep_sets_is_refused(capsys, tmp_path
 
 def test_an_override_of_a_key_a_tpe_param_sets_is_refused(capsys, tmp_path):
     assert refused(capsys, tmp_path, "search", "debug_search.yaml", "search.sampler=tpe", "search.knob.key=''",
-                   "search.params=[{key: task.n_triggers, type: int, low: 1, high: 3}]", "task.n_triggers=3") == (
-        f"task.n_triggers: is set at each candidate by search.params[0], {IGNORED}; to narrow it, override "
-        "search.params.0.low and search.params.0.high")
+                   "search.tpe.params=[{key: task.n_triggers, type: int, low: 1, high: 3}]", "task.n_triggers=3") == (
+        f"task.n_triggers: is set at each candidate by search.tpe.params[0], {IGNORED}; to narrow it, override "
+        "search.tpe.params.0.low and search.tpe.params.0.high")
 
 
 # --- a module path that does not import -----------------------------------------------------------------------------
@@ -203,8 +203,8 @@ def test_bad_train_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path,
     (["search.budget.trainings=0"], "search.budget.trainings"),
     (["search.budget.trainings=4"], "search.budget.trainings"),  # too few to rule a value in or out at q = 1/2
     (["search.success.rate=0.95"], "search.budget.trainings"),  # 16 trainings cannot show p >= 0.95
-    (["search.resolution=0"], "search.resolution"),
-    (["search.batch=0"], "search.batch"),
+    (["search.threshold.resolution=0"], "search.threshold.resolution"),
+    (["search.threshold.batch=0"], "search.threshold.batch"),
     (["search.success.threshold=2"], "search.success.threshold"),  # ood/acc lies in [0, 1]
     (["search.success.metric=ood/accc"], "search.success.metric"),  # no trial reports it: a dry run says so
     (["search.stop.streak=-1"], "search.stop.streak"),

@@ -77,6 +77,70 @@ def test_a_search_made_with_sampler_grid_resumes_under_exhaustive_and_under_grid
     assert completed_per_study(out) == [5, 5] and capsys.readouterr().err == NOTICE
 
 
+# --- keys moved into their sampler's subsection: search.threshold.*, search.tpe.* (issue [lean] item 2) ---------------
+
+# The flat keys as config.yaml held them before the move (text, not derived from the code under test), in their order.
+FLAT_THRESHOLD = "  batch: 3\n  resolution: 1.0\n"
+FLAT_TPE = "  sampler_seed: 0\n  params: []\n  minimize: ''\n"
+NESTED_THRESHOLD = "  threshold:\n    batch: 3\n    resolution: 1.0\n"
+NESTED_TPE = "  tpe:\n    seed: 0\n    params: []\n    minimize: ''\n"
+
+
+@pytest.mark.parametrize("where", ["override", "file"])
+def test_a_samplers_flat_keys_still_set_its_subsection_with_one_notice_each(tmp_path, capsys, where):
+    params = "[{key: task.lengths.exponent, low: 0.5, high: 2.0}]"
+    old = ["search.batch=4", "search.resolution=2", "search.sampler_seed=7", "search.minimize=data/cost",
+           f"search.params={params}"]
+    new = ["search.threshold.batch=4", "search.threshold.resolution=2", "search.tpe.seed=7",
+           "search.tpe.minimize=data/cost", f"search.tpe.params={params}"]
+    path, overrides = CONFIGS / "debug_search.yaml", old
+    if where == "file":
+        path, overrides = tmp_path / "old.yaml", []
+        path.write_text((CONFIGS / "debug_search.yaml").read_text() + "".join(
+            f"  {o.split('=')[0].split('.')[1]}: {o.split('=', 1)[1]}\n" for o in old))
+    _, search = load_search(path, [*overrides, "search.sampler=tpe"])
+    notices = capsys.readouterr().err.splitlines()
+    _, expected = load_search(CONFIGS / "debug_search.yaml", [*new, "search.sampler=tpe"])
+    assert search == expected and (search.threshold.batch, search.tpe.seed, search.tpe.minimize) == (4, 7, "data/cost")
+    assert notices == [f"headsweep: search.{key} is deprecated; use search.{moved}"
+                       for key, moved in [("batch", "threshold.batch"), ("resolution", "threshold.resolution"),
+                                          ("sampler_seed", "tpe.seed"), ("minimize", "tpe.minimize"),
+                                          ("params", "tpe.params")]]
+
+
+def test_an_override_inside_a_moved_list_reaches_the_subsection(capsys):
+    _, search = load_search(CONFIGS / "debug_optimal_distribution.yaml", ["search.params.0.high=3"])
+    assert search.tpe.params[0].high == 3 and capsys.readouterr().err.count("deprecated") == 1
+
+
+# The studies' fingerprints as the version before the move computed them (0222888).
+FINGERPRINTS_FLAT = {"quickstart.yaml": "bbefd2e3f154687a", "debug_optimal_distribution.yaml": "6ee48284036773f7"}
+
+
+@pytest.mark.parametrize("name", FINGERPRINTS_FLAT)
+def test_an_output_directory_written_with_the_flat_keys_resumes_and_its_studies_too(tmp_path, name):
+    """config.yaml as written before the move (each subsection's block replaced by the flat lines it was) is
+    claimed, and the studies' fingerprint is the one computed before it."""
+    from trainables.io import claim_out
+
+    base, search = load_search(CONFIGS / name, [])
+    assert studies.fingerprint(base, search) == FINGERPRINTS_FLAT[name]
+    resolved = config.to_yaml(base, search=search)
+    flat = resolved.replace(NESTED_THRESHOLD, FLAT_THRESHOLD)
+    if name == "quickstart.yaml":
+        flat = flat.replace(NESTED_TPE, FLAT_TPE)
+    else:  # tpe's block one level out, its seed renamed
+        block = resolved[resolved.index("  tpe:\n"):resolved.index("  reference:")]
+        dedented = "".join(line[2:] for line in block.splitlines(keepends=True)[1:])
+        flat = flat.replace(block, dedented.replace("  seed:", "  sampler_seed:", 1))
+    assert "\n  threshold:\n" not in flat and "\n  tpe:\n" not in flat
+    (tmp_path / "config.yaml").write_text(flat)
+    claim_out(tmp_path, resolved, *sweep.search._as_written_before(base, search))
+    other = load_search(CONFIGS / name, ["search.success.threshold=0.5"])[1]
+    with pytest.raises(config.ConfigError, match="holds the results of a different config"):
+        claim_out(tmp_path, config.to_yaml(base, search=other), *sweep.search._as_written_before(base, other))
+
+
 def grid_members(out: Path) -> list[dict]:
     """The debug grid's members, each with a result.json as a finished member leaves it."""
     _, _, points = space.load_sweep(CONFIGS / "debug_grid.yaml", [])

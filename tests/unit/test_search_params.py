@@ -29,7 +29,8 @@ def setup(tmp_path, *overrides):
 
 def write_config(tmp_path, search_changes: dict) -> str:
     raw = yaml.safe_load(DEBUG.read_text())
-    raw["search"] |= search_changes
+    changes = dict(search_changes)
+    raw["search"] |= changes | {"tpe": raw["search"].get("tpe", {}) | changes.get("tpe", {})}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
     return str(path)
@@ -37,14 +38,14 @@ def write_config(tmp_path, search_changes: dict) -> str:
 
 @pytest.mark.parametrize("changes, key", [
     ({"sampler": "threshold"}, "search.knob.key"),  # no knob: bisection has nothing to bisect
-    ({"sampler": "grid", "knob": {"key": "task.lengths.low", "low": 1, "high": 3}}, "search.params"),
-    ({"params": [], "knob": {"key": "task.lengths.low"}, "sampler": "grid"}, "search.minimize"),
+    ({"sampler": "grid", "knob": {"key": "task.lengths.low", "low": 1, "high": 3}}, "search.tpe.params"),
+    ({"tpe": {"params": []}, "knob": {"key": "task.lengths.low"}, "sampler": "grid"}, "search.tpe.minimize"),
     ({"per_round": 0}, "search.per_round"),
-    ({"params": [{"key": "task.lengths.nope"}]}, "search.params[0].key"),
-    ({"params": [{"key": "task.lengths.exponent", "type": "complex"}]}, "search.params[0].type"),
-    ({"params": [{"key": "task.lengths.exponent", "low": 1.0, "high": 1.0}]}, "search.params[0].high"),
-    ({"params": [{"key": "task.lengths.exponent", "low": 0.0, "log": True}]}, "search.params[0].low"),
-    ({"params": [{"key": "task.lengths.exponent", "when": {"task.vocab_size": 16}}]}, "search.params[0].when"),
+    ({"tpe": {"params": [{"key": "task.lengths.nope"}]}}, "search.tpe.params[0].key"),
+    ({"tpe": {"params": [{"key": "task.lengths.exponent", "type": "complex"}]}}, "search.tpe.params[0].type"),
+    ({"tpe": {"params": [{"key": "task.lengths.exponent", "low": 1.0, "high": 1.0}]}}, "search.tpe.params[0].high"),
+    ({"tpe": {"params": [{"key": "task.lengths.exponent", "low": 0.0, "log": True}]}}, "search.tpe.params[0].low"),
+    ({"tpe": {"params": [{"key": "task.lengths.exponent", "when": {"task.vocab_size": 16}}]}}, "search.tpe.params[0].when"),
     ({"reference": {"task.lengths.shape": "optimal"}}, "search.reference.task.lengths.shape"),
     ({"reference": {"task.lengths.family": "cubic"}}, "task.lengths.family"),
 ])

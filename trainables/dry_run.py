@@ -42,9 +42,9 @@ def reported_metrics(cfg) -> set[str]:
 
 
 def _dry_run(cfg, readout: bool) -> set[str]:
-    """Check the contracts on this config (ConfigError naming task.name or model.name) and return the names of the
-    final metrics its trials report; those of the final readout only with `readout`: it may take seconds (trigger
-    copy's reads every pair of lengths), too long for every validation of a large config."""
+    """Check the contracts on this config (ConfigError naming task.name or model.name) and, with `readout`, return
+    the names of the final metrics its trials report (without it, a subset): the final readout may take seconds
+    (trigger copy's reads every pair of lengths), too long for every validation of a large config."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
     splits = _call("task.name", f"{task.name}: eval_splits()", task.eval_splits, cfg.task)
     require(("task.name", isinstance(splits, dict) and {"id", "ood"} <= set(splits),
@@ -80,8 +80,11 @@ def _dry_run(cfg, readout: bool) -> set[str]:
                  f"{_describe(logits)}"))
 
     train_metrics = loss_and_accuracy(*scored(trained.detach(), batch), "train")  # what a step reports
-    if any(phase.lr is not None for phase in spec.phases(cfg.model, cfg.optim, model)):
-        train_metrics["train/lr"] = cfg.optim.lr  # and the learning rate of a scheduled phase (train._measure)
+    # and the learning rate of a scheduled phase (train._measure). Only where the names are asked for: building the
+    # phases builds optimizers, and the first optimizer of a process imports torch._dynamo (about 1.5 s), which a
+    # grid's driver, validating its config, never needs.
+    if readout and any(phase.lr is not None for phase in spec.phases(cfg.model, cfg.optim, model)):
+        train_metrics["train/lr"] = cfg.optim.lr
     eval_sets = {prefix: batches[split] for prefix, split in splits.items()}
     metrics = _call("task.name", f"{task.name}: an evaluation", evaluate, model, eval_sets, cfg)
     require(("task.name", task.success_metric in metrics,

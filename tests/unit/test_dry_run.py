@@ -1,6 +1,8 @@
 """The dry run names the final metrics a trial reports (trainables/dry_run.py::reported_metrics), which a search's
 validation holds its success metric and its minimised metric to: they must be what train() really returns."""
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,14 @@ def test_the_names_follow_the_config_not_only_its_task_and_model():
     """markov_ngram's summary names a step per strategy up to its order: a pair's names are not cached."""
     low, high = (config.load(CONFIGS / DEBUG["markov_ngram"], [f"task.order={order}"]) for order in (2, 3))
     assert "ood/first_step_at_bigram" in dry_run.reported_metrics(high) - dry_run.reported_metrics(low)
+
+
+def test_validating_a_grid_builds_no_optimizer_so_its_driver_never_imports_dynamo():
+    """A grid's driver validates every point (dry_run.check) but trains nothing: building the phases' optimizers
+    there imported torch._dynamo, about 1.5 s of every `headsweep grid`. A fresh process, since this one may have it."""
+    probe = ("import sys; from sweep import space; space.load_sweep(sys.argv[1], []); "
+             "print('torch._dynamo' in sys.modules, 'trainables.dry_run' in sys.modules)")
+    for name in ("debug_grid.yaml", "transformer_grid.yaml"):
+        out = subprocess.run([sys.executable, "-c", probe, str(CONFIGS / name)], capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert out == ["False", "True"], (name, out)

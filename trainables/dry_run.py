@@ -30,21 +30,23 @@ _passed: set[tuple[str, str]] = set()
 def check(cfg) -> None:
     """Raise ConfigError (task.name or model.name) for a task or model that breaks its contract on this config."""
     if (cfg.task.name, cfg.model.name) not in _passed:
-        _dry_run(cfg, readout=False)
+        _dry_run(cfg, readout=False, learning_rate=False)
         _passed.add((cfg.task.name, cfg.model.name))
 
 
-def reported_metrics(cfg) -> set[str]:
+def reported_metrics(cfg, learning_rate: bool = True) -> set[str]:
     """The names of the final metrics a trial of this config reports (its result.json's, as train() returns them),
     from its dry run with the final readout. Not cached per pair like `check`: the names may depend on the config
-    (markov_ngram's order)."""
-    return _dry_run(cfg, readout=True)
+    (markov_ngram's order). Without `learning_rate`, train/lr is left out: knowing it means building the model's
+    phases, and so its optimizers, and the first optimizer of a process imports torch._dynamo (about 1.5 s)."""
+    return _dry_run(cfg, readout=True, learning_rate=learning_rate)
 
 
-def _dry_run(cfg, readout: bool) -> set[str]:
-    """Check the contracts on this config (ConfigError naming task.name or model.name) and, with `readout`, return
-    the names of the final metrics its trials report (without it, a subset): the final readout may take seconds
-    (trigger copy's reads every pair of lengths), too long for every validation of a large config."""
+def _dry_run(cfg, readout: bool, learning_rate: bool) -> set[str]:
+    """Check the contracts on this config (ConfigError naming task.name or model.name) and return the names of the
+    final metrics its trials report; those of the final readout only with `readout`: it may take seconds (trigger
+    copy's reads every pair of lengths), too long for every validation of a large config; train/lr only with
+    `learning_rate` (reported_metrics)."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
     splits = _call("task.name", f"{task.name}: eval_splits()", task.eval_splits, cfg.task)
     require(("task.name", isinstance(splits, dict) and {"id", "ood"} <= set(splits),
@@ -80,10 +82,8 @@ def _dry_run(cfg, readout: bool) -> set[str]:
                  f"{_describe(logits)}"))
 
     train_metrics = loss_and_accuracy(*scored(trained.detach(), batch), "train")  # what a step reports
-    # and the learning rate of a scheduled phase (train._measure). Only where the names are asked for: building the
-    # phases builds optimizers, and the first optimizer of a process imports torch._dynamo (about 1.5 s), which a
-    # grid's driver, validating its config, never needs.
-    if readout and any(phase.lr is not None for phase in spec.phases(cfg.model, cfg.optim, model)):
+    # and the learning rate of a scheduled phase (train._measure)
+    if learning_rate and any(phase.lr is not None for phase in spec.phases(cfg.model, cfg.optim, model)):
         train_metrics["train/lr"] = cfg.optim.lr
     eval_sets = {prefix: batches[split] for prefix, split in splits.items()}
     metrics = _call("task.name", f"{task.name}: an evaluation", evaluate, model, eval_sets, cfg)

@@ -50,12 +50,25 @@ def test_the_names_follow_the_config_not_only_its_task_and_model():
     assert "ood/first_step_at_bigram" in dry_run.reported_metrics(high) - dry_run.reported_metrics(low)
 
 
-def test_validating_a_grid_builds_no_optimizer_so_its_driver_never_imports_dynamo():
-    """A grid's driver validates every point (dry_run.check) but trains nothing: building the phases' optimizers
-    there imported torch._dynamo, about 1.5 s of every `headsweep grid`. A fresh process, since this one may have it."""
-    probe = ("import sys; from sweep import space; space.load_sweep(sys.argv[1], []); "
-             "print('torch._dynamo' in sys.modules, 'trainables.dry_run' in sys.modules)")
-    for name in ("debug_grid.yaml", "transformer_grid.yaml"):
+def test_validating_a_grid_or_a_search_builds_no_optimizer_so_its_driver_never_imports_dynamo():
+    """A driver validates every point (dry_run.check) and a search the metrics it names, but neither trains: building
+    the phases' optimizers there imported torch._dynamo, about 1.5 s of every `headsweep grid` and `search`. A fresh
+    process each, since this one may have it."""
+    probes = {"grid": "from sweep import space; space.load_sweep(sys.argv[1], [])",
+              "search": "from sweep.search.config import load_search; load_search(sys.argv[1], [])"}
+    for verb, name in [("grid", "debug_grid.yaml"), ("grid", "transformer_grid.yaml"),
+                       ("search", "debug_search.yaml"), ("search", "transformer_quickstart.yaml")]:
+        probe = f"import sys; {probes[verb]}; print('torch._dynamo' in sys.modules, 'trainables.dry_run' in sys.modules)"
         out = subprocess.run([sys.executable, "-c", probe, str(CONFIGS / name)], capture_output=True, text=True,
                              check=True).stdout.split()
         assert out == ["False", "True"], (name, out)
+
+
+def test_a_search_may_still_name_the_learning_rate_which_only_a_scheduled_model_reports():
+    from sweep.search.config import load_search
+
+    cfg = config.load(CONFIGS / "debug.yaml", [])
+    assert dry_run.reported_metrics(cfg) - dry_run.reported_metrics(cfg, learning_rate=False) == {"train/lr"}
+    load_search(CONFIGS / "transformer_quickstart.yaml", ["search.success.metric=train/lr"])
+    with pytest.raises(ConfigError, match="train/lr is not a metric"):
+        load_search(CONFIGS / "debug_search.yaml", ["search.success.metric=train/lr"])

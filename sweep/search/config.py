@@ -2,17 +2,16 @@
 validated before anything runs."""
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sweep.search import guide, samplers
-from sweep.search.samplers import ThresholdConfig, TpeConfig
 from sweep.search.estimate import seeds_to_decide
 from sweep.search.guide import GuideConfig
+from sweep.search.samplers import ThresholdConfig, TpeConfig
 from sweep.space import AxisConfig, RunConfig, did_you_mean, parse_constraint
 from sweep.verdicts import StopConfig
 from trainables import config, dry_run
@@ -109,12 +108,11 @@ class SearchConfig(RunConfig):
     def as_flat_keys(self) -> dict:
         """The section as a plain dict laid out as before each sampler had its subsection (MOVED_KEYS): how
         config.yaml was written then, in its order."""
-        moved = {new.split(".")[1]: [] for new in MOVED_KEYS.values()}
-        for old, new in MOVED_KEYS.items():
-            moved[new.split(".")[1]].append((old.split(".")[1], new.split(".")[2]))
         data = {}
-        for key, value in dataclasses.asdict(self).items():
-            data |= {old: value[new] for old, new in moved[key]} if key in moved else {key: value}
+        for key, value in asdict(self).items():
+            moved = [(old.split(".")[1], new.split(".")[2]) for old, new in MOVED_KEYS.items()
+                     if new.split(".")[1] == key]  # (search.batch, search.threshold.batch) -> (batch, batch)
+            data |= {old: value[new] for old, new in moved} if moved else {key: value}
         return data
 
 

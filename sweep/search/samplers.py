@@ -49,7 +49,8 @@ class ThresholdConfig:
 
 @dataclass
 class ParamConfig:
-    """A further dimension of a tpe search (search.tpe.params) (e.g. a parameter of the training distribution): a number, or a list of `size` numbers."""
+    """A further dimension of a tpe search (search.tpe.params), e.g. a parameter of the training distribution: a
+    number, or a list of `size` numbers."""
 
     key: str = "???"  # dotted config key, e.g. a parameter of the training distribution
     type: str = "float"  # float | int
@@ -94,7 +95,7 @@ class Sampler:
     # seed is a draw of p(K) and the answer is K*_q with its interval
     steerable: ClassVar[bool] = False  # the guide's predictions steer where it probes (guide.py)
     one_at_a_time: ClassVar[bool] = False  # asks where its last results point: one candidate a round
-    searches_params: ClassVar[bool] = False  # searches search.tpe.params (and may minimise a metric), not the knob alone
+    searches_params: ClassVar[bool] = False  # searches search.tpe.params (may minimise a metric), not the knob alone
 
     @classmethod
     def for_slice(cls, search: SearchConfig, values: list, params: list) -> Sampler:

@@ -47,8 +47,8 @@ def run(base: config.Config, section, packs: dict[str, list[dict]], out: OutDir,
     experiment out/ray/grid if there is one. Returns the error of every point whose pack failed for good, by point id.
 
     section: the grid's or the search's (resources, pack, max_concurrent, max_failures). Members whose result.json
-    exists are reported, not re-run, whatever Tune's own state says. The plan travels once through the object
-    store; a trial's own config is just its id, which keeps Tune's trial directories readable.
+    exists are reported, not re-run, whatever Tune's own state says. The plan travels once, with the trainable; a
+    trial's own config is just its id, which keeps Tune's trial directories readable.
     """
     base_dict, experiment = _base_dict(base, section), _experiment(out)
     restoring = tune.Tuner.can_restore(experiment, storage_filesystem=out.filesystem)
@@ -151,8 +151,16 @@ def _trainable(base_dict: dict, section, packs: dict[str, list[dict]]):
     """run_trial with its plan, the storage its members are opened in (trainables never import the sweep's), the
     sweep's verdict rule, and the tasks and models registered from Python (headsweep.register), shipped by value
     (shipping.py)."""
-    trainable = tune.with_parameters(run_trial, base=base_dict, plan=packs, open_members=copies.open_members,
-                                     stopper_of=verdicts.stopper_of, plugins=shipping.shipped())
+    # Bound by value into the trainable, which Tune keeps in the cluster's GCS, not put in the object store as
+    # tune.with_parameters does: Ray ends a driver at once (exit 1) when the node holding objects it owns goes, which
+    # a Slurm requeue or preemption does to the head and the driver together, before the driver wrote its results.
+    bound = dict(base=base_dict, plan=packs, open_members=copies.open_members, stopper_of=verdicts.stopper_of,
+                 plugins=shipping.shipped())
+
+    def trainable(params: dict) -> None:
+        run_trial(params, **bound)
+
+    trainable.__name__ = run_trial.__name__  # Tune's name for it, as before: an earlier version's experiment resumes
     return tune.with_resources(trainable, {"cpu": section.resources.cpu, "gpu": section.resources.gpu})
 
 

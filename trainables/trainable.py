@@ -2,7 +2,7 @@
 
 The only module of trainables/ that imports ray. A trial carries a list of members (one, or several packed), each
 with its sweep point and its place: an absolute output directory, or an s3:// URI. Where a place lives is the sweep's
-business (sweep/storage/): the sweep binds `open_members` (tune.with_parameters), and the trial uses only what
+business (sweep/storage/): the sweep binds `open_members` (sweep/tuner.py), and the trial uses only what
 OpenedMembers promises. Members of one shape train as one population (population.pack_key) when their model
 vectorizes, the others one group after another; results, directories, checkpoints and W&B runs stay one per member,
 so a user sees no difference but speed.

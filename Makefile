@@ -29,16 +29,17 @@ $(VENV)/.example-installed: $(STAMP) $(shell find $(EXAMPLE) -name '*.py' -o -na
 	$(BIN)/python -m pip install -q ./$(EXAMPLE)
 	touch $@
 
-# The unit tier (tests/conftest.py: TIERS): in-process, no server, what to run before every commit.
+# The unit tier (tests/conftest.py: TIERS): in-process, no server, what to run before every commit; its tests
+# handed out one by one to TEST_WORKERS processes.
+TEST_WORKERS ?= 2
 check: $(STAMP) $(VENV)/.example-installed
-	$(BIN)/python -m pytest -q -m unit
+	$(BIN)/python -m pytest -q -m unit -n $(TEST_WORKERS)
 
 # Test files run side by side on TEST_WORKERS processes, each file whole on one (its module fixtures, its Ray): most
 # integration time is a process waiting on another (imports, Ray scheduling, a subprocess CLI), not arithmetic.
 # Files are handed out in collection order, the e2e tier's first and the unit tier's many short files last, so that
 # the run does not end on one worker still in a minute-long file (xdist's default hands out the files with the most
 # tests first: the long single-test files came last).
-TEST_WORKERS ?= 2
 test: $(STAMP) $(VENV)/.example-installed
 	bash tests/install_debian_packages.sh  # Debian's chromium and postgresql for the tests, when missing
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder  # pyproject: testpaths

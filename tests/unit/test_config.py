@@ -126,6 +126,34 @@ def test_malformed_override_and_missing_file():
     assert error_of(path=CONFIGS / "no_such.yaml").key == "CONFIG"
 
 
+def test_a_config_file_is_read_as_omegaconf_reads_yaml(tmp_path):
+    """OmegaConf's YAML loader without its DictConfig: 1e-3 is a float (plain YAML 1.1 reads a string), a key given
+    twice is refused, an empty file is the defaults, a list is no config."""
+    path = tmp_path / "config.yaml"
+    path.write_text("optim:\n  lr: 1e-3\n")
+    assert config.load(path, []).optim.lr == 0.001
+    path.write_text("seed: 1\nseed: 2\n")
+    assert error_of(path=path).key == "CONFIG" and "\n" not in error_of(path=path).reason
+    path.write_text("")
+    assert config.load(path, []) == config.load(None, [])
+    path.write_text("- seed\n")
+    assert "must be a mapping" in error_of(path=path).reason
+
+
+def test_each_caller_gets_a_config_of_its_own():
+    """What layers merge to is kept per process (config._merged): a copy is handed out, so what one caller changes
+    is not in the next one's, and a refused config is refused every time."""
+    first = config.load(CONFIGS / "debug.yaml", ["seed=5"])
+    low = first.task.lengths.low
+    first.task.lengths.low = low + 1
+    assert config.load(CONFIGS / "debug.yaml", ["seed=5"]).task.lengths.low == low
+    base = config.to_dict(first)
+    point = config.with_point(base, {"seed": 1})
+    point.task.lengths.low = low + 2
+    assert config.with_point(base, {"seed": 1}).task.lengths.low == low + 1
+    assert error_of("task.lengths.low=0").key == error_of("task.lengths.low=0").key == "task.lengths.low"
+
+
 def test_to_yaml_round_trips(tmp_path, load_config):
     cfg = load_config("debug.yaml", "seed=7")
     (tmp_path / "c.yaml").write_text(config.to_yaml(cfg))

@@ -53,15 +53,19 @@ def test_the_names_follow_the_config_not_only_its_task_and_model():
 def test_validating_a_grid_or_a_search_builds_no_optimizer_so_its_driver_never_imports_dynamo():
     """A driver validates every point (dry_run.check) and a search the metrics it names, but neither trains: building
     the phases' optimizers there imported torch._dynamo, about 1.5 s of every `headsweep grid` and `search`. A fresh
-    process each, since this one may have it."""
-    probes = {"grid": "from sweep import space; space.load_sweep(sys.argv[1], [])",
-              "search": "from sweep.search.config import load_search; load_search(sys.argv[1], [])"}
-    for verb, name in [("grid", "debug_grid.yaml"), ("grid", "transformer_grid.yaml"),
-                       ("search", "debug_search.yaml"), ("search", "transformer_quickstart.yaml")]:
-        probe = f"import sys; {probes[verb]}; print('torch._dynamo' in sys.modules, 'trainables.dry_run' in sys.modules)"
-        out = subprocess.run([sys.executable, "-c", probe, str(CONFIGS / name)], capture_output=True, text=True,
-                             check=True).stdout.split()
-        assert out == ["False", "True"], (name, out)
+    process, since this one may have it; it loads them all, and says after each whether dynamo came in."""
+    probe = """import sys
+from sweep import space
+from sweep.search.config import load_search
+for verb, path in zip(sys.argv[1::2], sys.argv[2::2]):
+    space.load_sweep(path, []) if verb == "grid" else load_search(path, [])
+    print(path, 'torch._dynamo' in sys.modules, 'trainables.dry_run' in sys.modules)
+"""
+    loads = [("grid", "debug_grid.yaml"), ("grid", "transformer_grid.yaml"), ("search", "debug_search.yaml"),
+             ("search", "transformer_quickstart.yaml")]
+    out = subprocess.run([sys.executable, "-c", probe, *(a for verb, name in loads for a in (verb, CONFIGS / name))],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == [f"{CONFIGS / name} False True" for _, name in loads], out
 
 
 def test_a_search_may_still_name_the_learning_rate_which_only_a_scheduled_model_reports():

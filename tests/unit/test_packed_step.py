@@ -67,7 +67,9 @@ def test_a_scheduled_clipped_step_also_dispatches_the_same_operations_whatever_t
 @pytest.mark.parametrize("case", CASES)
 def test_batches_keep_their_shapes_and_the_draw_and_step_trace_as_one_graph(case):
     """fullgraph=True fails on any graph break: data-dependent Python control flow, a value read back, an operation
-    dynamo cannot trace. aot_eager traces the backward too; neither compiles kernels, so this stays cheap."""
+    dynamo cannot trace. aot_eager traces the backward too; neither compiles kernels, so this stays cheap. From a clean
+    slate: what dynamo kept from the cases before made a case's trace three times slower (11.4 s against 3.6 s)."""
+    torch._dynamo.reset()
     cfgs = population(case, 3)
     states = [init_state(cfg)[0] for cfg in cfgs]
     stack, batches = Stack(states), Batches(cfgs, states)

@@ -43,6 +43,13 @@ def connect(address: str | None) -> None:
     stopping.on_sigterm()  # ray.init set Ray's handler, which exits at once
 
 
+def leave() -> None:
+    """Leave Ray now, stopping a local one and every trial it still runs (their worker processes are gone once this
+    returns: measured). What a stopped grid or search does before it writes its tables: a trial that finished while
+    Ray stopped beside the writing was on disk but missing from the table the driver printed."""
+    ray.shutdown()
+
+
 def disconnect_while(work: Callable[[], T]) -> T:
     """Leave Ray (stopping a local one: a second or two, mostly waiting for its processes to exit) while `work` runs
     in another thread; return what it returns. `work` must not touch Ray. Ray is left from this thread with the

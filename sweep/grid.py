@@ -41,7 +41,8 @@ def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_a
     try:
         errors = tuner.run(base, sweep, packs, out, summary=lambda: _generalized(out.local))
     except KeyboardInterrupt as stop:  # what finished is in results.csv and the report, and shown
-        frame = cluster.disconnect_while(lambda: write_results(out, points, errors))
+        cluster.leave()  # first: no trial finishes while the results are read
+        frame = write_results(out, points, errors)
         raise stopping.Stopped(summary(base, sweep, frame, out, so_far=True)) from stop
     except BaseException:  # a crash: what finished is in results.csv and the report all the same
         cluster.disconnect_while(lambda: write_results(out, points, errors))

@@ -63,7 +63,8 @@ def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: s
     try:
         loop.run(base, search, all_slices, opened, out, extend)
     except KeyboardInterrupt as stop:  # what finished is in the tables and the report, and shown
-        table = cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
+        cluster.leave()  # first: no seed finishes while the tables are counted
+        table = _write_tables_and_report(out, base, search, opened, all_slices)
         raise stopping.Stopped(summary(base, search, table, out, so_far=True)) from stop
     except BaseException:  # a crash: what finished is in the tables and the report all the same
         cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))

@@ -25,6 +25,8 @@ import trainables.streams
 import trainables.tasks
 from dashboards import search_wandb
 from headsweep import api
+import sweep.grid
+import sweep.search
 from sweep import cli, cluster, packing, preflight, shipping, tuner
 from tests.conftest import CONFIGS
 from tests.plugins.repeat import Repeat, RepeatConfig
@@ -168,6 +170,17 @@ def no_ray(monkeypatch):
 
 
 @pytest.fixture
+def stop_order(monkeypatch):
+    """What a stopped verb does, in order: leaving Ray ("left"), then counting what finished ("counted"). A trial that
+    finished between the two was on disk but missing from the table the driver printed."""
+    events = []
+    monkeypatch.setattr(cluster, "leave", lambda: events.append("left"))
+    for module, name in ((sweep.grid, "write_results"), (sweep.search, "_write_tables_and_report")):
+        monkeypatch.setattr(module, name, lambda *a, count=getattr(module, name): events.append("counted") or count(*a))
+    return events
+
+
+@pytest.fixture
 def fake_grid(monkeypatch, no_ray):
     """tuner's grid: one pack of every member; each member gets a metrics.jsonl and a result.json, its ood/acc 1.0
     from l_min 5 on, and (failing) a member of seed 1 at l_min 2, l_max 8 fails with an error."""
@@ -246,7 +259,7 @@ def test_from_python_tune_logs_no_traceback_for_a_failed_member_and_a_users_sett
     assert seen == ["0", "1"]
 
 
-def test_an_interrupted_grid_writes_what_finished_raises_and_resumes_when_called_again(tmp_path, fake_grid,
+def test_an_interrupted_grid_writes_what_finished_raises_and_resumes_when_called_again(tmp_path, fake_grid, stop_order,
                                                                                         monkeypatch, capsys):
     fake_run = tuner.run
 
@@ -258,6 +271,7 @@ def test_an_interrupted_grid_writes_what_finished_raises_and_resumes_when_called
     cfg = hs.config(CONFIGS / "debug_grid.yaml")
     with pytest.raises(KeyboardInterrupt):
         hs.grid(cfg, out=tmp_path / "grid")
+    assert stop_order == ["left", "counted"]
     assert hs.load(tmp_path / "grid").df["status"].value_counts().to_dict() == {"unfinished": 5, "completed": 3}
     shown = capsys.readouterr().out  # the table so far, as a notebook cell shows it before the interrupt
     assert "stopped: the table so far" in shown and "8 members: 5 unfinished, 3 completed" in shown
@@ -302,7 +316,8 @@ def test_the_cli_search_dir_reads_as_pythons(tmp_path, no_ray, fake_width_tune, 
 
 
 def test_an_interrupted_search_writes_its_tables_raises_and_resumes_when_called_again(tmp_path, no_ray, monkeypatch,
-                                                                                      fake_width_tune, capsys):
+                                                                                      fake_width_tune, stop_order,
+                                                                                      capsys):
     fake_run_rounds = tuner.run_rounds
 
     def interrupted(base, search, rounds, out, summary=None, job_type="search", **packing):
@@ -315,6 +330,7 @@ def test_an_interrupted_search_writes_its_tables_raises_and_resumes_when_called_
     cfg = hs.config(CONFIGS / "debug_search.yaml", *SMALL_SEARCH)
     with pytest.raises(KeyboardInterrupt):
         hs.search(cfg, out=tmp_path / "search")
+    assert stop_order == ["left", "counted"]
     first = hs.load(tmp_path / "search")
     assert 0 < len(first.members) < 12 and (tmp_path / "search" / "report.html").exists()
     shown = capsys.readouterr().out

@@ -216,9 +216,9 @@ def _merged(layers: list[Layer]) -> Config:
     All but the last layer are set once per process: a sweep applies each of its thousands of points (the driver
     to plan, each pack to its members) to one base, and setting a whole base again (20 ms) costs more than training
     a one-step member; copying it once set costs a tenth of that. What the layers merge to is kept too (a copy is
-    handed out): the same point is asked for again by the driver's check, its packing and its tables. Why not set a point on the dataclasses directly
-    (0.1 ms; done until issue 41): that needed OmegaConf anyway for every value it could not vouch for, a second
-    path that had to give the same configs and errors."""
+    handed out): the same point is asked for again by the driver's check, its packing and its tables. Why not set a
+    point on the dataclasses directly (0.1 ms; done until issue 41): that needed OmegaConf anyway for every value it
+    could not vouch for, a second path that had to give the same configs and errors."""
     task, model = _name(layers, "task", TASKS), _name(layers, "model", MODELS)
     layers = _written_for(_written_for(layers, "task", TASKS, task), "model", MODELS, model) or [[]]
     key = repr((task, model, layers))

@@ -237,14 +237,17 @@ _applied_layers: dict[str, DictConfig] = {}  # repr((task, model, layers)) -> th
 
 
 def _applied(task: str, model: str, layers: list[Layer]) -> DictConfig:
-    """The structured schema of a task and a model with `layers` set (never changed: _merged sets a copy)."""
+    """The structured schema of a task and a model with `layers` set (never changed: _merged sets a copy), built
+    on a copy of the same with all but the last layer set: a file loaded with different overrides is set once."""
     key = repr((task, model, layers))
     if key not in _applied_layers:
-        if len(_applied_layers) >= 16:  # a process sees one or two bases; never let the cache grow without bound
+        if layers:
+            cfg = copy.deepcopy(_applied(task, model, layers[:-1]))
+            _apply(cfg, layers[-1])
+        else:
+            cfg = OmegaConf.structured(Config(task=TASKS[task].config(), model=MODELS[model].config()))
+        if len(_applied_layers) >= 64:  # a process sees a few bases and their prefixes; never grow without bound
             _applied_layers.clear()
-        cfg = OmegaConf.structured(Config(task=TASKS[task].config(), model=MODELS[model].config()))
-        for layer in layers:
-            _apply(cfg, layer)
         _applied_layers[key] = cfg
     return _applied_layers[key]
 

@@ -223,6 +223,7 @@ def _merged(layers: list[Layer]) -> Config:
     layers = _written_for(_written_for(layers, "task", TASKS, task), "model", MODELS, model) or [[]]
     key = repr((task, model, layers))
     if key not in _merged_configs:  # a driver asks for a point's config several times (check, packing, its tables)
+        # As _applied would set the last layer, but not kept there: every point would crowd the bases out of it.
         *before, last = layers
         cfg = copy.deepcopy(_applied(task, model, before))
         _apply(cfg, last)

@@ -97,10 +97,7 @@ def log_axis_if_geometric(ax, values) -> None:
 def one_axis(results: pd.DataFrame, x: str, metric: str) -> Figure:
     """A one-axis grid's phase diagram: `metric` of every member against the swept key (a dot per seed, the mean over
     seeds as a line), on a log axis where the values span a factor of GEOMETRIC or more."""
-    _check_columns(results, [x, metric])
-    if results.empty:
-        raise ValueError("no results to plot")
-    _check_nothing_else_varies(results, keys=[x])
+    _check_drawable(results, keys=[x], needed=[x, metric])
     values = pd.to_numeric(results[metric], errors="coerce")
     means = values.groupby(results[x]).mean().sort_index()
     fig = new_figure(5.2, 3.6, dpi=120)
@@ -129,17 +126,12 @@ def phase_diagram(results: pd.DataFrame, x: str, y: str, metric: str, ratio_leve
     drawn on every panel where it lies strictly inside the panel's range, labelled `ratio_label = level`.
     """
     panels = list(panels)
-    _check_columns(results, [x, y, metric, *panels] + ([ratio_metric] if ratio_level is not None else []))
-    if results.empty:
-        raise ValueError("no results to plot")
-    _check_nothing_else_varies(results, keys=[x, y, *panels])
+    _check_drawable(results, keys=[x, y, *panels],
+                    needed=[x, y, metric, *panels] + ([ratio_metric] if ratio_level is not None else []))
 
     xs = np.sort(results[x].dropna().unique())
     ys = np.sort(results[y].dropna().unique())
-    combos = [()]  # one panel, keyed by no values
-    if panels:
-        present = results[panels].dropna().drop_duplicates().sort_values(panels)
-        combos = list(present.itertuples(index=False, name=None))  # only combinations that were run
+    combos = _combos(results, panels)
     vmin, vmax = _colour_range(results, metric)
 
     n_cols = min(len(combos), PANEL_COLS)
@@ -183,8 +175,7 @@ def search_traces(figure: Figure, finished: pd.DataFrame, minimal: pd.DataFrame,
     x_key, panel_keys = slice_keys[0], slice_keys[1:]
     xs = list(np.sort(finished[x_key].unique()))
     ys = list(np.sort(finished[knob].unique()))
-    combos = [()] if not panel_keys else list(
-        finished[panel_keys].drop_duplicates().sort_values(panel_keys).itertuples(index=False, name=None))
+    combos = _combos(finished, panel_keys)  # phase_diagram's panels, in its order
     for ax, combo in zip(figure.axes, combos):
         for x_value, slice_rows in _select(finished, panel_keys, combo).groupby(x_key):
             order = slice_rows.drop_duplicates("optuna_trial").sort_values("optuna_trial")
@@ -234,8 +225,7 @@ def success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[
     keys = slice_keys or ["study"]
     first, others = keys[0], keys[1:]
     columns = list(np.sort(minimal[first].unique()))
-    rows = [()] if not others else list(
-        minimal[others].drop_duplicates().sort_values(others).itertuples(index=False, name=None))
+    rows = _combos(minimal, others)
     fig = new_figure(0.6 + 3.1 * len(columns), 0.9 + 2.5 * len(rows), dpi=110)
     axes = fig.subplots(len(rows), len(columns), squeeze=False, sharey=True)
     unfinished = open_slices(minimal)
@@ -261,14 +251,12 @@ def success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[
                 ax.set_xlabel(knob)
             if c == 0:
                 ax.set_ylabel("p(seed passes)")
-    handles, labels = [], []
+    legend = {}  # label -> the first panel's handle: each label once
     for ax in fig.axes:
         for handle, text in zip(*ax.get_legend_handles_labels()):
-            if text not in labels:
-                handles.append(handle)
-                labels.append(text)
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), fontsize="x-small",
-               frameon=False)
+            legend.setdefault(text, handle)
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncol=min(len(legend), 4),
+               fontsize="x-small", frameon=False)
     fig.suptitle(f"Success curves: p(K) per slice; K*_q is the smallest K with p \u2265 q = {q:g}", fontsize=11)
     return fig
 
@@ -371,8 +359,7 @@ def threshold(minimal: pd.DataFrame, slice_keys: list[str], metric: str, theory:
     place = dict(zip(xs, positions))
     spacing = float(np.diff(positions).min()) if len(xs) > 1 else 1.0
     unbounded = 0
-    for g, (combo, rows) in enumerate(groups):
-        combo = combo if isinstance(combo, tuple) else (combo,)
+    for g, (combo, rows) in enumerate(groups):  # (combo: a tuple, as others is a list)
         label = ", ".join(f"{short_key(k)}={_fmt(v)}" for k, v in zip(others, combo)) or "measured"
         x = rows[x_key].map(place) + (g - (len(groups) - 1) / 2) * 0.06 * spacing  # side by side
         line, = ax.plot(x, rows[metric], marker="o", label=label)
@@ -399,13 +386,13 @@ def _column(frame: pd.DataFrame, name: str) -> pd.Series:
     return pd.to_numeric(frame[name], errors="coerce")
 
 
-def _interval_bars(ax, x, y, low, high, colour, unfinished=None) -> int:
+def _interval_bars(ax, x, y, low, high, colour, unfinished) -> int:
     """A vertical bar per point from `low` to `high` (capped where bounded); from the point, an arrow toward a side
     that is NaN (open). Where the point is NaN, a hollow marker at the interval's bounded end and an arrow toward the
-    open side. Returns how many points have neither (nothing to draw)."""
+    open side; a black ring around each `unfinished` one. Returns how many points have neither (nothing to draw)."""
     arrow = dict(arrowstyle="<-", color=colour, linewidth=1.2)  # the head at the offset end: pointing away
     nothing = 0
-    for i, (xi, yi, lo, hi) in enumerate(zip(x, y, low, high)):
+    for xi, yi, lo, hi, still_open in zip(x, y, low, high, np.asarray(unfinished, dtype=bool)):
         bounded = [v for v in (lo, hi) if np.isfinite(v)]
         if not np.isfinite(yi):
             if not bounded:
@@ -421,7 +408,7 @@ def _interval_bars(ax, x, y, low, high, colour, unfinished=None) -> int:
             if not np.isfinite(v):
                 ax.annotate("", xy=(xi, yi), xytext=(0, 22 * direction), textcoords="offset points",
                             arrowprops=arrow)
-        if unfinished is not None and bool(np.asarray(unfinished)[i]):
+        if still_open:
             ax.plot(xi, yi, **UNFINISHED_RING)
     return nothing
 
@@ -570,7 +557,14 @@ def _per_candidate(members: pd.DataFrame, study: str, **columns) -> pd.DataFrame
 
 def _panel_row(n: int) -> tuple[Figure, list]:
     fig = new_figure(4.2 * n, 3.6, dpi=110)
-    return fig, list(np.atleast_1d(fig.subplots(1, n, squeeze=False)[0]))
+    return fig, list(fig.subplots(1, n, squeeze=False)[0])
+
+
+def _combos(frame: pd.DataFrame, keys: list[str]) -> list[tuple]:
+    """The combinations of `keys`' values that occur in `frame`, sorted; [()] (one, of no values) without keys."""
+    if not keys:
+        return [()]
+    return list(frame[keys].dropna().drop_duplicates().sort_values(keys).itertuples(index=False, name=None))
 
 
 def _select(frame: pd.DataFrame, keys: list[str], values: tuple) -> pd.DataFrame:
@@ -603,16 +597,15 @@ def _colour_range(results: pd.DataFrame, metric: str) -> tuple[float, float]:
     return float(low), float(high if high > low else low + 1.0)
 
 
-def _check_columns(results: pd.DataFrame, needed: list[str]) -> None:
+def _check_drawable(results: pd.DataFrame, keys: list[str], needed: list[str]) -> None:
+    """ValueError where `results` has a `needed` column missing, no rows, or a swept dotted key outside the diagram's
+    `keys` (x, y, panels) that varies inside a cell: it would be averaged with the seeds."""
     missing = [c for c in needed if c not in results.columns]
     if missing:
         raise ValueError(f"results have no column(s) {missing}; columns are {list(results.columns)}")
-
-
-def _check_nothing_else_varies(results: pd.DataFrame, keys: list[str]) -> None:
-    """A swept dotted key outside x, y, panels that varies inside a cell would be averaged with the seeds."""
-    others = [c for c in results.columns if "." in c and "/" not in c and c not in keys]
-    for other in others:
+    if results.empty:
+        raise ValueError("no results to plot")
+    for other in [c for c in results.columns if "." in c and "/" not in c and c not in keys]:
         spread = results.groupby(keys, dropna=False)[other].nunique(dropna=False)
         if (spread > 1).any():
             raise ValueError(f"{other} varies within a ({', '.join(keys)}) cell; pass it in `panels`")
@@ -620,6 +613,6 @@ def _check_nothing_else_varies(results: pd.DataFrame, keys: list[str]) -> None:
 
 def _fmt(value) -> str:
     """Tick/title text: 4 not 4.0 (CSV columns with NaN come back as floats)."""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return str(int(value))
-    return f"{value:g}" if isinstance(value, (float, np.floating)) else str(value)
+    if isinstance(value, (float, np.floating)):
+        return str(int(value)) if float(value).is_integer() else f"{value:g}"
+    return str(value)

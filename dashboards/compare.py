@@ -82,7 +82,7 @@ def _bound(cfg: dict, minimal: pd.DataFrame, slice_keys: list[str], axis: str) -
     earliest = pd.Series(np.nan, index=minimal.index)
     for column in ("widest_tried", "diversity_star_low"):  # the later one wins where it has a value
         if column in minimal:
-            earliest = minimal[column].where(minimal[column].notna(), earliest)
+            earliest = minimal[column].fillna(earliest)
     none_found = minimal["diversity_star"].isna() & earliest.notna()
     rows = minimal[none_found].assign(**{knob: earliest[none_found]})  # the slice with the knob at that value
     for index, slice_cfg in zip(rows.index, slice_configs(cfg, rows, slice_keys + [knob])):

@@ -110,27 +110,20 @@ def render_table(frame: pd.DataFrame) -> str:
         frame = frame.reset_index()  # a meaningful index (e.g. after groupby) becomes visible columns
     whole = {c for c in frame.columns if _all_whole(c, frame[c])}
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    rows = []
-    for record in frame.itertuples(index=False):
-        cells = "".join(_cell(v, c in whole) for c, v in zip(frame.columns, record))
-        rows.append(f"<tr>{cells}</tr>")
+    rows = ["<tr>" + "".join(_cell(v, c in whole) for c, v in zip(frame.columns, record)) + "</tr>"
+            for record in frame.itertuples(index=False)]
     return (f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>\n'
             f"<tbody>\n" + "\n".join(rows) + "\n</tbody></table></div>")
 
 
 def _cell(value, whole: bool) -> str:
-    if _is_missing(value):
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if value is None or value is pd.NA or value is pd.NaT or (number and math.isnan(value)):
         return f'<td class="num">{MISSING}</td>'
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if number:
         text = str(int(value)) if whole else f"{float(value):.{DECIMALS}f}"
         return f'<td class="num">{text}</td>'
     return f"<td>{html.escape(str(value))}</td>"
-
-
-def _is_missing(value) -> bool:
-    if value is None or value is pd.NA or value is pd.NaT:
-        return True
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isnan(value)
 
 
 def _all_whole(name, column: pd.Series) -> bool:

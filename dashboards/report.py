@@ -95,10 +95,7 @@ def results(out: Path, kind: str, members: list[Path]) -> pd.DataFrame:
     `member`; a results.csv written before that column had only `trial`, which then stands in for it."""
     for table in ("results.csv", "trials.csv"):
         if kind != "train" and (out / table).exists():
-            try:
-                frame = pd.read_csv(out / table)
-            except pd.errors.EmptyDataError:  # a search stopped before any member ended
-                return pd.DataFrame()
+            frame = read_table(out / table)
             if "member" not in frame.columns and "trial" in frame.columns:
                 frame = frame.rename(columns={"trial": "member"})
             return frame
@@ -125,7 +122,7 @@ def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, view: Ta
     if figure is not None:
         png = figures.png_bytes(figure)  # drawn once: a large diagram takes a good part of a second
         atomic_write(out / "phase_diagram.png", png)
-        x, y = _diagram_axes(cfg)
+        _, _, x, y = _diagram(cfg)
         return [Section(f"Phase diagram: mean {metric} over seeds", image_png=png,
                         alt=f"phase diagram of {metric} over {x} and {y}")]
     if (out / "phase_diagram.png").exists():
@@ -136,9 +133,7 @@ def _phase_diagram(out: Path, finished: pd.DataFrame, cfg: dict | None, view: Ta
 def draw_phase_diagram(finished: pd.DataFrame, cfg: dict | None, view: TaskView) -> tuple[Figure | None, str]:
     """A grid's phase diagram (the sweep section's x, y, metric and ratio level) from its finished members, and the
     metric it shows; no figure where the results cannot be drawn."""
-    task, sweep, (x, y) = view.task, (cfg or {}).get("sweep") or {}, _diagram_axes(cfg)
-    keys = [axis["key"] for axis in sweep.get("axes", [])]
-    diagram = sweep.get("phase_diagram", {})
+    task, (keys, diagram, x, y) = view.task, _diagram(cfg)
     metric, level = diagram.get("metric") or task.success_metric, diagram.get("ratio_level") or None
     if not (x in keys and len(finished)) or (y is not None and y not in keys):
         return None, metric
@@ -152,11 +147,13 @@ def draw_phase_diagram(finished: pd.DataFrame, cfg: dict | None, view: TaskView)
         return None, metric
 
 
-def _diagram_axes(cfg: dict | None) -> tuple[str | None, str | None]:
+def _diagram(cfg: dict | None) -> tuple[list[str], dict, str | None, str | None]:
+    """The sweep's keys, its phase_diagram section, and the diagram's x and y (by default its first two keys)."""
     sweep = (cfg or {}).get("sweep") or {}
     keys = [axis["key"] for axis in sweep.get("axes", [])]
     diagram = sweep.get("phase_diagram", {})
-    return diagram.get("x") or (keys[0] if keys else None), diagram.get("y") or (keys[1] if len(keys) > 1 else None)
+    x, y = diagram.get("x") or (keys[0] if keys else None), diagram.get("y") or (keys[1] if len(keys) > 1 else None)
+    return keys, diagram, x, y
 
 
 def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) -> list[Section]:
@@ -173,8 +170,8 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
                         html=_open_note(minimal, slice_keys) + _answer_tables(minimal, slice_keys, axis)
                         + _answer_legend(success, axis, None if "diversity_star_low" in minimal
                                          else search.get("sampler", "m-of-n")))]
-    curve = _read_csv(out / "success_curve.csv")
-    if knob and curve is not None and not curve.empty:
+    curve = read_table(out / "success_curve.csv")
+    if knob and not curve.empty:
         try:
             q = float(success.get("rate", 0.5))
             figure = draw_success_curves(curve, minimal, cfg)
@@ -184,15 +181,11 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
             sections.append(Section("Success curves", text=f"not drawn: {type(e).__name__}: {e}"))
     if knob and not finished.empty:
         try:
-            if not slice_keys:  # a single study: its one column, named by the study
-                figure = figures.phase_diagram(finished, "study", knob, metric)
-                figures.search_traces(figure, finished, minimal, ["study"], knob)
-                heading = "Search trace over the points it evaluated"
-            else:
-                figure = figures.phase_diagram(finished, slice_keys[0], knob, metric, panels=slice_keys[1:])
-                figures.search_traces(figure, finished, minimal, slice_keys, knob)
-                heading = "Search traces over the points they evaluated"
-            sections.append(Section(f"{heading} (numbers: evaluation order; star: diversity*; red bracket: its "
+            keys = slice_keys or ["study"]  # a single study: its one column, named by the study
+            figure = figures.phase_diagram(finished, keys[0], knob, metric, panels=keys[1:])
+            figures.search_traces(figure, finished, minimal, keys, knob)
+            traces = "traces over the points they evaluated" if slice_keys else "trace over the points it evaluated"
+            sections.append(Section(f"Search {traces} (numbers: evaluation order; star: diversity*; red bracket: its "
                                     "interval)", image_png=figures.png_bytes(figure), alt="search traces"))
             if slice_keys and axis in minimal and minimal[axis].notna().any():
                 theory = theory_values(cfg, minimal, slice_keys, axis)
@@ -202,7 +195,7 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
                                         alt=f"{axis} at the minimal diversity"))
         except (KeyError, ValueError) as e:  # a table this code does not know: say so, keep the rest
             sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
-    if curve is not None and not curve.empty:
+    if not curve.empty:
         sections.append(Section("Success curves (success_curve.csv): seeds trained and passed at each knob value, "
                                 "p with its interval", table=curve))
     return sections
@@ -217,12 +210,13 @@ def draw_success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, cfg: dict) -
                                   search["knob"]["key"], float(success.get("rate", 0.5)), success.get("confidence"))
 
 
-def _read_csv(path: Path) -> pd.DataFrame | None:
-    """A table of the output dir; None where it is absent (a search from before it was written) or empty."""
+def read_table(path: Path) -> pd.DataFrame:
+    """A table of an output dir; empty where it is absent (a dir from before it was written) or holds nothing (a
+    search stopped before any member ended)."""
     try:
-        return pd.read_csv(path) if path.exists() else None
+        return pd.read_csv(path) if path.exists() else pd.DataFrame()
     except pd.errors.EmptyDataError:
-        return None
+        return pd.DataFrame()
 
 
 def _open_note(minimal: pd.DataFrame, slice_keys: list[str]) -> str:
@@ -313,7 +307,8 @@ def theory_values(cfg: dict, rows: pd.DataFrame, slice_keys: list[str], metric: 
 def slice_configs(cfg: dict, rows: pd.DataFrame, keys: list[str]) -> list[config.Config | None]:
     """For each row, the output dir's config (`cfg`, a plain dict) with the row's values of `keys` set; None where
     that is no valid config (a slice value the row leaves empty)."""
-    base = config.to_dict(config.from_layers([_without_sections(cfg)], check_device=False))
+    trial = {k: v for k, v in cfg.items() if k not in config.ORCHESTRATION_SECTIONS}
+    base = config.to_dict(config.from_layers([trial], check_device=False))
     configs = []
     for _, row in rows.iterrows():
         try:
@@ -425,10 +420,6 @@ def _table_columns(out: Path, frame: pd.DataFrame, view: TaskView) -> list[str]:
     metrics = [c for c in (*view.table_columns, "status", "steps", "seconds") if c in frame.columns]
     error = ["error"] if "error" in frame.columns and frame["error"].fillna("").astype(str).str.len().any() else []
     return list(dict.fromkeys(first + metrics + error))
-
-
-def _without_sections(cfg: dict) -> dict:
-    return {k: v for k, v in cfg.items() if k not in config.ORCHESTRATION_SECTIONS}
 
 
 def _plain(value):

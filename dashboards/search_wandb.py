@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from dashboards import figures
+from dashboards import report
 from dashboards.report import read_config, theory_values
 from trainables import logger
 from trainables.io import flat
@@ -93,8 +94,7 @@ def _figures(cfg: dict, minimal: pd.DataFrame, curve: pd.DataFrame | None,
     drawn = {}
     if knob and curve is not None and not curve.empty:
         q = float(success.get("rate", 0.5))
-        drawn["success_curves"] = (figures.success_curves(curve, minimal, slice_keys, knob, q,
-                                                          success.get("confidence")),
+        drawn["success_curves"] = (report.draw_success_curves(curve, minimal, cfg),
                                    f"p(K) per slice with its interval; K*_q (q = {q:g}) and its interval shaded")
     axis = task_of(cfg).diversity_axis
     if slice_keys and axis in minimal and minimal[axis].notna().any():

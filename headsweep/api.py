@@ -75,7 +75,6 @@ def config(source: str | os.PathLike | Mapping | Experiment, *overrides: str) ->
     bad = [o for o in overrides if not isinstance(o, str)]
     if bad:
         raise ConfigError(repr(bad[0]), "an override must be a string key=value (e.g. 'task.lengths.low=3')")
-    overrides = tuple(overrides)
     present = {key.partition(".")[0] for layer in trial_config.read_layers(source, list(overrides))
                for key, _ in layer} & set(SECTIONS)
     ours = lambda section: [o for o in overrides if _section_of(o) in (None, section)]

@@ -98,8 +98,7 @@ class TrainResult(_Result):
 
     @cached_property
     def history(self) -> pd.DataFrame:
-        path = self.out / "metrics.jsonl"
-        return pd.DataFrame(read_jsonl(path)) if path.exists() else pd.DataFrame()
+        return pd.DataFrame(read_jsonl(self.out / "metrics.jsonl"))  # empty without the file
 
     @cached_property
     def arrays(self) -> dict[str, np.ndarray]:
@@ -177,12 +176,12 @@ class SearchResult(_Members):
     def table(self) -> pd.DataFrame:
         for name in ("min_diversity.csv", "best.csv"):
             if (self.out / name).exists():
-                return _csv(self.out / name)
+                return report.read_table(self.out / name)
         return pd.DataFrame()
 
     @cached_property
     def curve(self) -> pd.DataFrame:
-        return _csv(self.out / "success_curve.csv")
+        return report.read_table(self.out / "success_curve.csv")
 
     @cached_property
     def studies(self) -> dict[str, Any]:
@@ -230,23 +229,9 @@ def _drawn_in_ipython(figure: Figure | None) -> Figure | None:
     if shell is None:
         return figure
     formatters = shell.display_formatter.formatters
-    if not any(_prints(formatter, Figure) for formatter in formatters.values()):
+    if not any(Figure in formatter for formatter in formatters.values()):  # (in: the formatter has a printer)
         from IPython.core.pylabtools import print_figure
 
         formatters["image/png"].for_type(Figure, partial(print_figure, fmt="png", base64=True))
     return figure
 
-
-def _prints(formatter, kind: type) -> bool:
-    try:
-        formatter.lookup_by_type(kind)
-    except KeyError:
-        return False
-    return True
-
-
-def _csv(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path) if path.exists() else pd.DataFrame()
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame()

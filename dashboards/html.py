@@ -52,8 +52,7 @@ class Section:
     text: str | None = None
 
     def __post_init__(self) -> None:
-        bodies = [b for b in (self.html, self.image_png, self.table, self.text) if b is not None]
-        if len(bodies) != 1:
+        if sum(body is not None for body in (self.html, self.image_png, self.table, self.text)) != 1:
             raise ValueError(f"section {self.heading!r} needs exactly one of html, image_png, table, text")
 
 

@@ -174,9 +174,8 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
     if knob and not curve.empty:
         try:
             q = float(success.get("rate", 0.5))
-            figure = draw_success_curves(curve, minimal, cfg)
-            sections.append(Section(f"Success curves: p(K) per slice, K*_q shaded with its interval (q = {q:g})",
-                                    image_png=figures.png_bytes(figure), alt="success curves"))
+            sections.append(_figure(f"Success curves: p(K) per slice, K*_q shaded with its interval (q = {q:g})",
+                                    draw_success_curves(curve, minimal, cfg), "success curves"))
         except (KeyError, ValueError) as e:
             sections.append(Section("Success curves", text=f"not drawn: {type(e).__name__}: {e}"))
     if knob and not finished.empty:
@@ -185,14 +184,13 @@ def _threshold_search(out: Path, finished: pd.DataFrame, cfg: dict, task: Task) 
             figure = figures.phase_diagram(finished, keys[0], knob, metric, panels=keys[1:])
             figures.search_traces(figure, finished, minimal, keys, knob)
             traces = "traces over the points they evaluated" if slice_keys else "trace over the points it evaluated"
-            sections.append(Section(f"Search {traces} (numbers: evaluation order; star: diversity*; red bracket: its "
-                                    "interval)", image_png=figures.png_bytes(figure), alt="search traces"))
+            sections.append(_figure(f"Search {traces} (numbers: evaluation order; star: diversity*; red bracket: its "
+                                    "interval)", figure, "search traces"))
             if slice_keys and axis in minimal and minimal[axis].notna().any():
                 theory = theory_values(cfg, minimal, slice_keys, axis)
-                figure = figures.threshold(minimal, slice_keys, axis, theory)
-                sections.append(Section(f"Measured threshold: {axis} at diversity* with its interval (dashed: the "
-                                        "theory's scale)", image_png=figures.png_bytes(figure),
-                                        alt=f"{axis} at the minimal diversity"))
+                sections.append(_figure(f"Measured threshold: {axis} at diversity* with its interval (dashed: the "
+                                        "theory's scale)", figures.threshold(minimal, slice_keys, axis, theory),
+                                        f"{axis} at the minimal diversity"))
         except (KeyError, ValueError) as e:  # a table this code does not know: say so, keep the rest
             sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
     if not curve.empty:
@@ -208,6 +206,10 @@ def draw_success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, cfg: dict) -
     success = search.get("success") or {}
     return figures.success_curves(curve, minimal, [axis["key"] for axis in search.get("slices", [])],
                                   search["knob"]["key"], float(success.get("rate", 0.5)), success.get("confidence"))
+
+
+def _figure(heading: str, figure: Figure, alt: str) -> Section:
+    return Section(heading, image_png=figures.png_bytes(figure), alt=alt)
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -280,19 +282,16 @@ def _distribution_search(out: Path, members: pd.DataFrame, cfg: dict, task: Task
     try:
         if "feasible" in members.columns and members["feasible"].notna().any():
             theory = theory_values(cfg, best, slice_keys, task.diversity_axis)
+            cost = figures.distribution_cost(members, best, metric, task.diversity_axis, slice_keys, theory, min_rate)
             sections += [
-                Section(f"Every candidate: {metric} against {task.diversity_axis} (filled: generalizes; star: best; "
-                        "diamond: reference; dashed: the theory's scale)",
-                        image_png=figures.png_bytes(figures.distribution_cost(
-                            members, best, metric, task.diversity_axis, slice_keys, theory, min_rate)),
-                        alt=f"{metric} against {task.diversity_axis}"),
-                Section("Search progress: best feasible value after each evaluation (dashed: reference)",
-                        image_png=figures.png_bytes(figures.distribution_progress(members, best, metric, slice_keys)),
-                        alt="search progress")]
+                _figure(f"Every candidate: {metric} against {task.diversity_axis} (filled: generalizes; star: best; "
+                        "diamond: reference; dashed: the theory's scale)", cost,
+                        f"{metric} against {task.diversity_axis}"),
+                _figure("Search progress: best feasible value after each evaluation (dashed: reference)",
+                        figures.distribution_progress(members, best, metric, slice_keys), "search progress")]
         if "q" in best.columns and best["q"].map(lambda q: isinstance(q, dict)).any():
-            sections.append(Section("Best distribution found (bars) against the reference (line)",
-                                    image_png=figures.png_bytes(figures.distributions(best, slice_keys, "value")),
-                                    alt="best distributions"))
+            sections.append(_figure("Best distribution found (bars) against the reference (line)",
+                                    figures.distributions(best, slice_keys, "value"), "best distributions"))
     except (KeyError, ValueError) as e:
         sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
     return sections
@@ -329,22 +328,19 @@ def _curves(members: list[Path], finished: pd.DataFrame, view: TaskView) -> list
         x = pd.to_numeric(finished[axis], errors="coerce").to_numpy()
         figure = figures.against(x, {m: pd.to_numeric(finished[m], errors="coerce").to_numpy() for m in shown},
                                  view.diversity_label or axis)
-        sections.append(Section(f"Final metrics against {axis}, one point per member",
-                                image_png=figures.png_bytes(figure),
-                                alt=f"final metrics against {axis}"))
+        sections.append(_figure(f"Final metrics against {axis}, one point per member", figure,
+                                f"final metrics against {axis}"))
     runs = {member.name: read_jsonl(member / "metrics.jsonl") for member in members}
     runs = {name: records for name, records in runs.items() if records}
     if not runs or (len(runs) > 1 and max(len(records) for records in runs.values()) < 2):
         return sections  # one evaluation per member (the one-step model): the scatter above says it all
     if len(runs) == 1:
-        figure = figures.curves(runs, view.curve_metrics)
-        return sections + [Section("Learning curves (metrics.jsonl)", image_png=figures.png_bytes(figure),
-                                   alt="loss and accuracy over training steps")]
+        return sections + [_figure("Learning curves (metrics.jsonl)", figures.curves(runs, view.curve_metrics),
+                                   "loss and accuracy over training steps")]
     colours = {name: records[-1].get(axis) for name, records in runs.items()}
     figure = figures.curves(runs, view.curve_metrics, colour_by=colours, colour_label=view.diversity_label or axis)
-    return sections + [Section(f"Learning curves of {len(runs)} members, coloured by {axis}",
-                               image_png=figures.png_bytes(figure),
-                               alt="loss and accuracy over training steps, one line per member")]
+    return sections + [_figure(f"Learning curves of {len(runs)} members, coloured by {axis}", figure,
+                               "loss and accuracy over training steps, one line per member")]
 
 
 def _gallery(members: list[Path], kind: str, cfg: dict | None, view: TaskView) -> list[Section]:

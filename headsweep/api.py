@@ -19,7 +19,7 @@ from trainables import plugins
 from trainables.errors import ConfigError
 
 SECTIONS = ("sweep", "search")  # what a config may hold beside one trial's keys: a grid's, a search's
-TRIAL_ERRORS_VAR = "TUNE_PRINT_ALL_TRIAL_ERRORS"  # "0": Tune logs no traceback when a trial fails (_quiet_failures)
+TRIAL_ERRORS_VAR = "TUNE_PRINT_ALL_TRIAL_ERRORS"  # "0": Tune logs no traceback when a trial fails (_run_from_python)
 
 
 @dataclass(frozen=True, repr=False)
@@ -125,7 +125,7 @@ def grid(cfg: Experiment | str | os.PathLike | Mapping, out: str | os.PathLike, 
     cfg = _loaded(cfg)
     if cfg.sweep is None:  # no sweep section: refused as the CLI refuses it
         space.load_sweep(cfg.source, list(cfg.overrides))
-    with _quiet_failures(), _showing_what_finished():
+    with _run_from_python():
         place, _ = grid_verb.run(cfg.base, cfg.sweep, cfg.points, str(out), address)
     return read(place.local)
 
@@ -150,7 +150,7 @@ def search(cfg: Experiment | str | os.PathLike | Mapping, out: str | os.PathLike
     cfg = _loaded(cfg)
     if cfg.search is None:
         load_search(cfg.source, list(cfg.overrides))
-    with _quiet_failures(), _showing_what_finished():
+    with _run_from_python():
         place, _ = search_verb.run(cfg.base, cfg.search, str(out), study, storage, extend, address)
     return read(place.local, storage)
 
@@ -183,31 +183,25 @@ def register(obj):
 
 
 @contextmanager
-def _quiet_failures():
-    """Tune logs every failed try of a trial with its traceback, dozens of lines each (a red wall in a notebook cell);
-    from Python a failed member is a row of `.failed` with its error, and the traceback is kept in its Tune trial's
-    error.txt under out/ray/. The CLI keeps Tune's lines (a job's log). A value the user set is kept."""
-    if TRIAL_ERRORS_VAR in os.environ:
-        yield
-        return
-    os.environ[TRIAL_ERRORS_VAR] = "0"  # read by each Tune run as it starts
-    try:
-        yield
-    finally:
-        os.environ.pop(TRIAL_ERRORS_VAR, None)
-
-
-@contextmanager
-def _showing_what_finished():
-    """A grid or search stopped from Python (Ctrl-C, a notebook's stop button) prints its table so far, as the CLI
-    does, before its KeyboardInterrupt goes on."""
+def _run_from_python():
+    """A grid or search as Python runs it. Tune logs every failed try of a trial with its traceback, dozens of lines
+    each (a red wall in a notebook cell); from Python a failed member is a row of `.failed` with its error, and the
+    traceback is kept in its Tune trial's error.txt under out/ray/, so Tune logs none. The CLI keeps Tune's lines (a
+    job's log). A value the user set is kept. Stopped from Python (Ctrl-C, a notebook's stop button), it prints its
+    table so far, as the CLI does, before its KeyboardInterrupt goes on."""
     from sweep.stopping import Stopped
 
+    quiet = TRIAL_ERRORS_VAR not in os.environ
+    if quiet:
+        os.environ[TRIAL_ERRORS_VAR] = "0"  # read by each Tune run as it starts
     try:
         yield
     except Stopped as stop:
         print(stop.so_far, flush=True)
         raise
+    finally:
+        if quiet:
+            os.environ.pop(TRIAL_ERRORS_VAR, None)
 
 
 def _loaded(cfg) -> Experiment:

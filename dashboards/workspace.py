@@ -70,8 +70,8 @@ def report(task: Task, entity: str, project: str, group: str | None = None,
     """
     where = {"entity": entity, "project": project} if resolve_runsets else {}
     runset = wr.Runset(name=group or "all runs", filters=f"Metric('group') == '{group}'" if group else "", **where)
-    blocks: list = [wr.P(text="Every member of headsweep's sweeps (one training run) is one run here "
-                              "(group = experiment, job type = verb). Raw matrices are in each run's attention artifact.")]
+    blocks: list = [wr.P(text="Every member of headsweep's sweeps (one training run) is one run here (group = "
+                              "experiment, job type = verb). Raw matrices are in each run's attention artifact.")]
     for name, intro, panels in sections(task):
         blocks += [wr.H2(text=name), wr.P(text=intro), wr.PanelGrid(runsets=[runset], panels=panels)]
     return wr.Report(entity=entity, project=project, title=REPORT_TITLE + (f": {group}" if group else ""),
@@ -82,7 +82,8 @@ def report(task: Task, entity: str, project: str, group: str | None = None,
 def specs(task: Task, entity: str, project: str, group: str | None = None) -> dict[str, dict]:
     """The JSON specs W&B stores for the workspace and the report (what `push` would save), built offline."""
     dump = lambda spec: spec._to_model().model_dump(mode="json", by_alias=True, exclude_none=True)
-    return {"workspace": dump(workspace(task, entity, project, group)), "report": dump(report(task, entity, project, group))}
+    return {"workspace": dump(workspace(task, entity, project, group)),
+            "report": dump(report(task, entity, project, group))}
 
 
 def write_specs(out: Path, task: Task, entity: str, project: str, group: str | None = None) -> list[Path]:

@@ -16,6 +16,8 @@ from the pool, `ood` = fresh tables):
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -83,7 +85,7 @@ class MarkovNgram(Task):
         loss = metrics.model_loss(logits, batch)
         result = {f"{prefix}/{name}_loss": value for name, value in losses.items()}
         result[f"{prefix}/gap"] = loss - losses["bayes"]
-        references = [metrics.uniform_loss(cfg.vocab_size)] + list(losses.values())  # uniform, k = 1 .. n
+        references = [math.log(cfg.vocab_size)] + list(losses.values())  # uniform (Edelman's start), k = 1 .. n
         result[f"{prefix}/stage"] = float(metrics.stage(loss, references))
         if prefix == "ood" and patterns(cache):  # a model without attention has no lags to read
             pattern = patterns(cache)[0]  # (B, H, T_q, T) of the first layer
@@ -138,8 +140,7 @@ class MarkovNgram(Task):
         final = {}
         if n_contexts(cfg) <= mutual_info.MAX_STATES:
             values = mutual_info.chi2_mutual_information(self.mi_tables(cfg), cfg.order)
-            window = cfg.order
-            arrays |= {"mi_lags": np.array([[m in lags for m in range(1, window + 1)] for lags in values]),
+            arrays |= {"mi_lags": np.array([[m in lags for m in range(1, cfg.order + 1)] for lags in values]),
                        "mi_standard": np.array([v[0] for v in values.values()]),
                        "mi_modified": np.array([v[1] for v in values.values()])}
             for lags, (standard, modified) in values.items():
@@ -147,7 +148,6 @@ class MarkovNgram(Task):
                 final[f"mi/modified_{mutual_info.metric_name(lags)}"] = modified
             final["mi/argmax_is_parents"] = float(mutual_info.argmax(values) == tuple(range(1, cfg.order)))
         return arrays, final
-
 
     def run_name(self, cfg: MarkovNgramConfig) -> str:
         """Vocabulary, order, alpha and pool, e.g. S3_n3_a0.3_pool64."""

@@ -119,12 +119,6 @@ class MarkovNgram(Task):
                 first.setdefault(names[int(stage)], record["step"])
         return {f"ood/first_step_at_{name}": float(first.get(name, float("nan"))) for name in names}
 
-    def mi_tables(self, cfg: MarkovNgramConfig) -> torch.Tensor:
-        """The tables the chi-square MI averages over: the training pool's first MI_TABLES, or as many prior draws."""
-        if cfg.pool_size:
-            return pool(cfg)[:MI_TABLES]
-        return draw_tables(cfg, MI_TABLES, torch.Generator().manual_seed(cfg.pool_seed))
-
     @torch.no_grad()
     def readouts(self, cfg, model, ood, generator, n_examples):
         """Every layer's lag profile on the OOD set (`lag_profile` (n_layers, H, T)) and the chi-square mutual
@@ -139,7 +133,9 @@ class MarkovNgram(Task):
                                                 ).cpu().numpy()
         final = {}
         if n_contexts(cfg) <= mutual_info.MAX_STATES:
-            values = mutual_info.chi2_mutual_information(self.mi_tables(cfg), cfg.order)
+            tables = (pool(cfg)[:MI_TABLES] if cfg.pool_size  # the training pool's first, or as many prior draws
+                      else draw_tables(cfg, MI_TABLES, torch.Generator().manual_seed(cfg.pool_seed)))
+            values = mutual_info.chi2_mutual_information(tables, cfg.order)
             arrays |= {"mi_lags": np.array([[m in lags for m in range(1, cfg.order + 1)] for lags in values]),
                        "mi_standard": np.array([v[0] for v in values.values()]),
                        "mi_modified": np.array([v[1] for v in values.values()])}

@@ -252,8 +252,7 @@ def resolve_wandb_mode(requested: str) -> tuple[str, str]:
         raise ConfigError("logging.mode", f"must be one of {', '.join(WANDB_MODES)}, got {requested!r}")
     mode = requested
     if mode == "auto":
-        env = os.environ.get("WANDB_MODE", "").strip().lower()
-        mode = _ENV_MODES.get(env, "auto")
+        mode = _ENV_MODES.get(os.environ.get("WANDB_MODE", "").strip().lower(), "auto")
     if mode in ("offline", "disabled"):
         return mode, f"logging.mode={requested}" if requested != "auto" else f"WANDB_MODE={mode}"
     base_url = os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)

@@ -465,9 +465,9 @@ def validate(cfg: Config, check_device: bool = True) -> None:
     _require_matching_inputs(cfg, task, spec)
     if spec.needs_query and not task.query_only(cfg.task):
         readers = sorted(name for name in MODELS.sources() if name != spec.name and not _needs_query(name))
+        suggestion = f"; a model that reads every position: model.name={' or '.join(readers)}" if readers else ""
         raise ConfigError("model.name", f"{spec.name} reads one query position per sequence, but {task.name} scores "
-                                        "several (as configured)" + (f"; a model that reads every position: "
-                                                                     f"model.name={' or '.join(readers)}" if readers else ""))
+                                        f"several (as configured){suggestion}")
     spec.validate(cfg.model, *task.dims(cfg.task))
     if spec.uses_optim:
         cfg.optim.validate()

@@ -80,6 +80,15 @@ def heatmap_image(values: np.ndarray, vmin: float, vmax: float, cmap: str = "vir
 
 # --- a trial's arrays -----------------------------------------------------------------------------------------------
 
+def layer_heads(arrays: dict[str, np.ndarray], key: str = "patterns") -> list[tuple[int, int]]:
+    """(layer, head) of every head in arrays[key] ((k, n_layers, H, ...): `patterns`, `query_attention`), in order;
+    [] where the arrays have none."""
+    if key not in arrays:
+        return []
+    _, n_layers, n_heads = arrays[key].shape[:3]
+    return [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+
+
 def attention_rows(attention: np.ndarray, ends: np.ndarray, row_labels: list[str], marks: list[tuple],
                    title: str) -> Figure:
     """Attention paid by one query per example (rows) to every key position (columns).

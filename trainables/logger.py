@@ -124,9 +124,10 @@ def member_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", gro
     extra sinks, then a W&B run when `logging.wandb` is on and the mode is not disabled.
 
     W&B run: job_type = the verb, group = `group` or the experiment name (`cfg.name`), name = `name` or one built
-    from the config (`run_name`), tags = automatic ones + `logging.tags` + `tags`. A metrics.jsonl that already holds
-    records means a retry resuming from a checkpoint (the trainable kept the records up to it): the W&B run of the
-    earlier attempt is continued rather than a new one started.
+    from the config (`run_name`), tags = the task's and the model's names, the task's own tags (e.g. length family,
+    OOD split), `logging.tags` and `tags`, config = the resolved config as dotted keys (task.lengths.low: 3). A
+    metrics.jsonl that already holds records means a retry resuming from a checkpoint (the trainable kept the records
+    up to it): the W&B run of the earlier attempt is continued rather than a new one started.
     """
     out_dir = Path(out_dir).resolve()  # absolute: Tune trials chdir into a scratch dir
     jsonl = out_dir / "metrics.jsonl"
@@ -136,10 +137,9 @@ def member_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", gro
         mode, why = resolve_wandb_mode(cfg.logging.mode)
         if mode != "disabled":
             try:
-                sinks.append(WandbSink(out_dir, cfg, mode=mode, project=cfg.logging.project, entity=cfg.logging.entity,
-                                       group=group or cfg.name, job_type=job_type, name=name or run_name(cfg),
-                                       tags=default_tags(cfg) + list(cfg.logging.tags) + list(tags),
-                                       config=flat_config(cfg), resume=resuming))
+                tags = [cfg.task.name, cfg.model.name, *task_of(cfg).tags(cfg.task), *cfg.logging.tags, *tags]
+                sinks.append(WandbSink(out_dir, cfg, mode=mode, group=group or cfg.name, job_type=job_type,
+                                       name=name or run_name(cfg), tags=tags, resume=resuming))
             except BaseException:
                 sinks[0].close()
                 raise
@@ -154,24 +154,25 @@ class WandbSink:
     The run lives in <member dir>/wandb (WANDB_DIR, absolute). Images are the task's and the model's heatmaps
     (trainables.readouts.member_images: numpy, no figure drawn, a small fraction of a member's training) as uint8 RGB
     (W&B renders bare float arrays black); the report draws the same arrays as full figures. The diversity measures
-    (`data/*`, constant in a member) are
-    also put in the run's config, so runs can be grouped and filtered by diversity. At close, the arrays of the last
-    media call (the final readout) become an artifact `attention-<run id>` holding attention.npz.
+    (`data/*`, constant in a member) are also put in the run's config, so runs can be grouped and filtered by
+    diversity. At close, the arrays of the last media call (the final readout) become an artifact
+    `attention-<run id>` holding attention.npz.
     """
 
     requirements_saved = False  # by a run of this process (see x_save_requirements below)
 
-    def __init__(self, out_dir: Path, cfg, *, mode: str, project: str, entity: str, group: str, job_type: str, name: str,
-                 tags: list[str], config: dict, resume: bool = False):
+    def __init__(self, out_dir: Path, cfg, *, mode: str, group: str, job_type: str, name: str, tags: list[str],
+                 resume: bool = False):
         import wandb  # here, not at the top: logging.wandb=false must import nothing from wandb
 
         self.wandb, self.cfg = wandb, cfg
         out_dir = Path(out_dir).resolve()
         run_id, resume = _run_id(out_dir / "wandb", resume)
         self.run = wandb.init(
-            project=project, entity=entity or None, group=group, job_type=job_type, name=name,
+            project=cfg.logging.project, entity=cfg.logging.entity or None, group=group, job_type=job_type, name=name,
             tags=list(dict.fromkeys(tag[:64] for tag in tags)),  # unique, in order; W&B caps a tag at 64 characters
-            config=config, id=run_id, resume="allow" if resume else None, dir=str(out_dir), mode=mode,
+            config=flat(dataclasses.asdict(cfg)), id=run_id, resume="allow" if resume else None, dir=str(out_dir),
+            mode=mode,
             reinit="create_new",  # several members may share a process (reused Ray actors, packed members)
             settings=wandb.Settings(
                 console="off",  # leave stdout/stderr alone: the progress bar and Ray's capture keep working
@@ -251,8 +252,7 @@ def resolve_wandb_mode(requested: str) -> tuple[str, str]:
         raise ConfigError("logging.mode", f"must be one of {', '.join(WANDB_MODES)}, got {requested!r}")
     mode = requested
     if mode == "auto":
-        env = os.environ.get("WANDB_MODE", "").strip().lower()
-        mode = _ENV_MODES.get(env, "auto")
+        mode = _ENV_MODES.get(os.environ.get("WANDB_MODE", "").strip().lower(), "auto")
     if mode in ("offline", "disabled"):
         return mode, f"logging.mode={requested}" if requested != "auto" else f"WANDB_MODE={mode}"
     base_url = os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)
@@ -309,16 +309,7 @@ def _run_id(wandb_dir: Path, resume: bool) -> tuple[str, bool]:
     return run_id, False
 
 
-def flat_config(cfg) -> dict:
-    """The resolved config as {dotted key: value} (task.lengths.low: 3), as W&B's run config."""
-    return flat(dataclasses.asdict(cfg))
-
-
 def run_name(cfg) -> str:
     """A readable run name: the task's name for its data settings and the seed, e.g. l3-15_t4_s0."""
     return f"{task_of(cfg).run_name(cfg.task)}_s{cfg.seed}"
 
-
-def default_tags(cfg) -> list[str]:
-    """The task's and the model's names and the task's own tags (e.g. length family, OOD split)."""
-    return [cfg.task.name, cfg.model.name, *task_of(cfg).tags(cfg.task)]

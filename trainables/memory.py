@@ -179,14 +179,11 @@ def refuse_beyond(peaks: dict[str, int], room: int, whose: str, cfg) -> None:
     """ConfigError naming the batch key of the largest of `peaks` (bytes, as `needs(cfg)`) when it exceeds `room`
     bytes; `whose` says where the room is ("cuda has")."""
     key = max(peaks, key=peaks.get)
+    section, name = key.split(".")  # optim.batch_size: its value is named in the message
     if peaks[key] > room:
         raise ConfigError(key, f"a training run needs about {peaks[key] / GIB:.2f} GiB at its peak ({key}="
-                               f"{_value(cfg, key)}), but {whose} {room / GIB:.2f} GiB available; make it smaller")
-
-
-def _value(cfg, key: str):
-    section, name = key.split(".")
-    return getattr(getattr(cfg, section), name)
+                               f"{getattr(getattr(cfg, section), name)}), but {whose} {room / GIB:.2f} GiB available; "
+                               "make it smaller")
 
 
 def _meminfo_available() -> int:

@@ -1,6 +1,6 @@
-"""The figures of a task that draws none of its own (its view's figures_module unset, trainables/tasks/view.py): every layer and head's full causal
-attention pattern on the first OOD example, where the model has attention (`patterns` in attention.npz); nothing
-otherwise. The figures module contract: all_figures, all_images and NOTE."""
+"""The figures of a task that draws none of its own (its view's figures_module unset, trainables/tasks/view.py):
+every layer and head's full causal attention pattern on the first OOD example, where the model has attention
+(`patterns` in attention.npz); nothing otherwise. The figures module contract: all_figures, all_images and NOTE."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,16 +12,9 @@ WINDOW = 64  # the first positions shown: a pattern wider than this is unreadabl
 NOTE = "Full causal attention patterns (query rows, key columns) of the first OOD example, per layer and head."
 
 
-def _heads(arrays: dict[str, np.ndarray]) -> list[tuple[int, int]]:
-    if "patterns" not in arrays:
-        return []
-    _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
-    return [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
-
-
 def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
     out = {}
-    for layer, head in _heads(arrays):
+    for layer, head in figures.layer_heads(arrays):  # patterns (k, n_layers, H, T, T)
         full = arrays["patterns"][0, layer, head]  # (T, T)
         window = min(WINDOW, full.shape[-1])
         out[f"attention/pattern_L{layer}H{head}"] = figures.attention_pattern(
@@ -31,7 +24,7 @@ def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
 
 def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
     out = {}
-    for layer, head in _heads(arrays):
+    for layer, head in figures.layer_heads(arrays):  # patterns (k, n_layers, H, T, T)
         full = arrays["patterns"][0, layer, head]  # (T, T)
         window = min(WINDOW, full.shape[-1])
         out[f"attention/pattern_L{layer}H{head}"] = (

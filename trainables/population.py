@@ -64,8 +64,7 @@ class Stack:
 
     def __init__(self, states: list, compiled: str | None = None):
         self.states = states
-        template = states[0].model
-        self.template = template
+        self.template = template = states[0].model
         if len(states) == 1:
             self.params, self.buffers = dict(template.named_parameters()), dict(template.named_buffers())
             self.optimizers = [phase.optimizer for phase in states[0].phases]

@@ -26,7 +26,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, require
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,9 @@ class Registry:
         same name again replaces it (a notebook cell run again); a name a built-in or an installed plugin holds is
         refused, as is anything that would not load from a module either. Raises ConfigError keyed by `key`."""
         where = f"{self.kind} {getattr(obj, 'name', None)!r} (registered)"
-        self._require_instance(obj, where, "register an instance of it ({}())")
-        obj = self.adapt(obj)
-        problem = self._missing(obj) or (":" in obj.name and "its name must not hold a colon (that is a module path)")
-        if problem:
-            raise ConfigError(self.key, f"{where}: {problem}")
+        obj = self._adapted(obj, where, "register an instance of it ({}())")
+        if ":" in obj.name:
+            raise ConfigError(self.key, f"{where}: its name must not hold a colon (that is a module path)")
         taken = [s for s in self.sources().get(obj.name, []) if s.origin != REGISTERED]
         if taken:
             raise ConfigError(self.key, f"{obj.name!r} is already the {taken[0].origin} {self.kind} "
@@ -124,32 +122,27 @@ class Registry:
             obj = functools.reduce(getattr, attr.split("."), module)
         except AttributeError:
             raise ConfigError(self.key, f"{where}: module {module_name} has no attribute {attr}") from None
-        self._require_instance(obj, where, f"name an instance of it ({attr.upper()} = {{}}())")
-        obj = self.adapt(obj)
-        problem = self._missing(obj)
-        if problem:
-            raise ConfigError(self.key, f"{where}: {problem}")
-        return obj
+        return self._adapted(obj, where, f"name an instance of it ({attr.upper()} = {{}}())")
 
-    def _require_instance(self, obj, where: str, how: str) -> None:
-        """ConfigError unless `obj` is an instance of the protocol's class; for the class itself, `how` (its `{}`:
-        the class's name) says how to make one."""
+    def _adapted(self, obj, where: str, how: str):
+        """`obj` brought to the protocol (adapt), or ConfigError: not an instance of the protocol's class (for the
+        class itself, `how`, its `{}` the class's name, says how to make one), or lacking its name, its config
+        dataclass or a required method."""
         if isinstance(obj, type) and issubclass(obj, self.base):
             raise ConfigError(self.key, f"{where} is the class {obj.__name__}; {how.format(obj.__name__)}")
         if not isinstance(obj, self.base):
             raise ConfigError(self.key, f"{where} is a {type(obj).__name__}, not a {self.base.__module__}."
                                         f"{self.base.__name__}")
-
-    def _missing(self, obj) -> str | None:
-        """What a plugin lacks of the protocol: its name, its config dataclass, a required method."""
-        if not isinstance(getattr(obj, "name", None), str) or not obj.name:
-            return "has no name (a class attribute `name = \"...\"`)"
+        obj = self.adapt(obj)
         config = getattr(obj, "config", None)
-        if not (isinstance(config, type) and dataclasses.is_dataclass(config)
-                and "name" in {f.name for f in dataclasses.fields(config)}):
-            return "its `config` must be a dataclass with a `name` field (the section's schema)"
         missing = [m for m in self.required if m not in vars(obj) and getattr(type(obj), m) is getattr(self.base, m)]
-        return f"does not implement {', '.join(missing)}" if missing else None
+        require((self.key, isinstance(getattr(obj, "name", None), str) and bool(obj.name),
+                 f"{where}: has no name (a class attribute `name = \"...\"`)"),
+                (self.key, isinstance(config, type) and dataclasses.is_dataclass(config)
+                 and "name" in {f.name for f in dataclasses.fields(config)},
+                 f"{where}: its `config` must be a dataclass with a `name` field (the section's schema)"),
+                (self.key, not missing, f"{where}: does not implement {', '.join(missing)}"))
+        return obj
 
 
 REGISTERED = "registered in this process"
@@ -164,14 +157,12 @@ def _target_of(obj) -> str:
 def _entry_points(group: str) -> tuple[Source, ...]:
     """The installed plugins of a group, once per process. The same distribution seen twice on sys.path (an
     editable install and a checkout, say) is one source."""
-    seen, sources = set(), []
+    sources = []
     for point in importlib.metadata.entry_points(group=group):
         dist = getattr(point, "dist", None)
         origin = f"package {dist.name} {dist.version}" if dist is not None else "an installed package"
-        if (point.name, point.value, origin) not in seen:
-            seen.add((point.name, point.value, origin))
-            sources.append(Source(point.name, point.value, origin))
-    return tuple(sources)
+        sources.append(Source(point.name, point.value, origin))
+    return tuple(dict.fromkeys(sources))  # in order, each once
 
 
 def _with_working_dir_on_path() -> None:

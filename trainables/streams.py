@@ -14,13 +14,15 @@ are formed from 16-bit halves so that none exceeds 2^63 (torch has no unsigned 3
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 MASK32 = 0xFFFFFFFF
 SCALE = 2.0**-32
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+def _mul32(x: torch.Tensor | int, c: int) -> torch.Tensor | int:
     """x * c mod 2^32 for x in [0, 2^32), exactly: x * c_low < 2^48, and only x * c_high's low 16 bits count."""
     return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
 
@@ -28,12 +30,6 @@ def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
 def mix32(x):
     """lowbias32 of each element of x in [0, 2^32): a bijection of 32-bit integers with strong avalanche. Takes a
     tensor or a Python int (the same arithmetic)."""
-    if isinstance(x, int):
-        x ^= x >> 16
-        x = (x * 0x7FEB352D) & MASK32
-        x ^= x >> 15
-        x = (x * 0x846CA68B) & MASK32
-        return x ^ (x >> 16)
     x = x ^ (x >> 16)
     x = _mul32(x, 0x7FEB352D)
     x = x ^ (x >> 15)
@@ -56,7 +52,8 @@ class Draws:
 
     def randint(self, low, high, *shape: int) -> torch.Tensor:
         """(P, *shape) int64 uniform on [low, high); low and high are ints or (P,) per-member tensors."""
-        low, high = (_per_member(v, len(shape)) for v in (low, high))
+        # A (P,) tensor viewed (P, 1, ..., 1), so that it broadcasts against (P, *shape); an int as is.
+        low, high = (v if isinstance(v, int) else v.reshape(-1, *(1,) * len(shape)) for v in (low, high))
         return low + (self.uniform(*shape) * (high - low)).long()  # u < 1: never reaches high
 
     def normal(self, *shape: int) -> torch.Tensor:
@@ -71,11 +68,6 @@ class Draws:
         u = self.uniform(*shape).reshape(self.members, -1) * cdf[:, -1:]  # (P, prod(shape))
         index = torch.searchsorted(cdf, u, right=True)  # (P, prod(shape))
         return index.clamp(max=cdf.shape[1] - 1).reshape(self.members, *shape)  # rounding at the top end
-
-
-def _per_member(value, dims: int):
-    """An int as is; a (P,) tensor viewed (P, 1, ..., 1) so it broadcasts against (P, *shape) with len(shape) = dims."""
-    return value if isinstance(value, int) else value.reshape(-1, *(1,) * dims)
 
 
 class Streams(Draws):
@@ -102,9 +94,7 @@ class Streams(Draws):
 
     def bits(self, *shape: int) -> torch.Tensor:
         self._draw += 1
-        count = 1
-        for size in shape:
-            count *= size
+        count = math.prod(shape)
         key = (self._draw, count)
         if key not in self._salted:  # the same every step: hashed once, so a step pays one hash per draw
             salt = mix32(self._draw * 0x9E3779B9 & MASK32)  # draws of one step apart

@@ -107,26 +107,14 @@ class Result:
     # empty for a member stopped before its first step (_result)
 
 
-def seeded_generators(seed: int) -> tuple[int, int, torch.Generator]:
-    """Independent streams for initialisation, training data and evaluation data, all from the one seed: the
-    initialisation seed, the training data's key (a Streams key) and the evaluation data's generator."""
-    seeds = torch.randint(2**62, (3,), generator=torch.Generator().manual_seed(seed))
-    init_seed, train_key, eval_seed = seeds.tolist()
-    return init_seed, train_key, torch.Generator().manual_seed(eval_seed)
-
-
-def copy_generator(generator: torch.Generator) -> torch.Generator:
-    """A generator in the same state, so mid-run readouts leave the final readout's draws unchanged."""
-    twin = torch.Generator()
-    twin.set_state(generator.get_state())
-    return twin
-
-
 def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
     """The model at initialisation with its phases, the fixed evaluation sets (`eval.n_id` sequences of the `id`
     split, `eval.n_ood` of every other) and the evaluation generator, whose later draws feed the final readout."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
-    init_seed, train_key, eval_generator = seeded_generators(cfg.seed)
+    # Independent streams for initialisation, training data (a Streams key) and evaluation data, all from the one seed
+    seeds = torch.randint(2**62, (3,), generator=torch.Generator().manual_seed(cfg.seed))
+    init_seed, train_key, eval_seed = seeds.tolist()
+    eval_generator = torch.Generator().manual_seed(eval_seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         model = build_model(spec, cfg.model, *task.dims(cfg.task), task.input_width(cfg.task)).to(cfg.device)
@@ -391,7 +379,8 @@ def _log(member: Member, metrics: dict) -> None:
     member.logger.log(metrics, state.step)
     every = cfg.logging.media_every
     if every and (state.step // cfg.eval.every) % every == 0 and member.running:
-        arrays = readouts.final(cfg, state.model, member.eval_sets["ood"], copy_generator(member.eval_generator))[0]
+        twin = torch.Generator().set_state(member.eval_generator.get_state())  # the final readout's draws unchanged
+        arrays = readouts.final(cfg, state.model, member.eval_sets["ood"], twin)[0]
         member.logger.log_media(arrays, state.step)
 
 

@@ -125,8 +125,7 @@ def _train_group(files: OpenedMembers, group: dict[int, config.Config], saved: d
         cfgs, loggers, resumes = [], [], []
         for index, cfg in group.items():
             member, out = members[index], Path(members[index]["dir"])
-            out.mkdir(parents=True, exist_ok=True)
-            atomic_write(out / "config.yaml", config.to_yaml(cfg))
+            atomic_write(out / "config.yaml", config.to_yaml(cfg))  # creates out too
             resume = saved.get(index)
             _keep_records_until(out / "metrics.jsonl", resume["step"] if resume else 0)
             loggers.append(contexts.enter_context(member_logger(cfg, out, job_type=member.get("job_type", "grid"),

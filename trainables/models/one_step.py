@@ -149,7 +149,6 @@ class OneStepSpec(ModelSpec):
         return {"mech/W_KQ": figures.block_matrix(arrays["W_KQ"], blocks, "One-step W_KQ", "key feature",
                                                   "query feature")}
 
-
     def images(self, arrays: dict) -> dict:
         if "W_KQ" not in arrays:
             return {}

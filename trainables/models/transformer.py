@@ -109,11 +109,8 @@ class Block(nn.Module):
         norm = (lambda: nn.LayerNorm(d_model)) if cfg.layer_norm else nn.Identity
         self.ln_attn, self.attn = norm(), Attention(cfg, d_model, max_len)
         self.ln_mlp = norm()
-        self.mlp = (
-            nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, d_model))
-            if cfg.mlp
-            else None
-        )
+        self.mlp = (nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, d_model))
+                    if cfg.mlp else None)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, D) -> the residual stream at `positions` (B, T_q, D) and the layer's pattern (B, H, T_q, T)."""
@@ -215,8 +212,6 @@ class TransformerSpec(ModelSpec):
             ("model.n_ctx", cfg.n_ctx >= 0, "must be >= 0 (0: the task's longest sequence)"),
             ("model.n_ctx", not cfg.n_ctx or n_ctx <= cfg.n_ctx,
              f"is {cfg.n_ctx}, but the task's sequences are up to {n_ctx} positions long"),
-        )
-        require(
             ("model.n_layers", cfg.n_layers >= 1, "must be >= 1"),
             ("model.n_heads", cfg.n_heads >= 1, "must be >= 1"),
             ("model.embedding", cfg.embedding in EMBEDDINGS, f"must be one of {', '.join(EMBEDDINGS)}"),

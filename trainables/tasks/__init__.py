@@ -148,8 +148,9 @@ class Task:
     member_fields: tuple[str, ...] = ()  # task config fields the members of one pack may differ in (batch_sampler
     # draws them at once; members that differ in any other field are packed apart: population.pack_key)
     view: type[TaskView] = TaskView  # how the task is shown: a TaskView subclass in its own folder (view.py)
+    small_is_diverse: bool = False  # whether a smaller diversity_axis means more diverse (a ratio: yes; a count: no)
 
-    # Defaults derived from the attributes above; a task overrides any of them with a plain class attribute.
+    # A default derived from the knobs; a task overrides it with a plain class attribute.
     @property
     def diversity_axis(self) -> str:
         """The data/* measure that orders training data by diversity (science, not display: a search states K*_q in
@@ -158,11 +159,6 @@ class Task:
 
     def _knob_axis(self) -> str:
         return f"data/{self.knobs[0].rsplit('.', 1)[-1]}" if self.knobs else ""
-
-    @property
-    def small_is_diverse(self) -> bool:
-        """Whether a smaller diversity_axis means more diverse (a ratio: yes; a count, like a knob's value: no)."""
-        return False
 
     # --- config -------------------------------------------------------------------------------------------------
     def resolve(self, cfg) -> None:

@@ -19,6 +19,7 @@ import warnings
 
 import torch
 
+from trainables.population import stack_batches
 from trainables.streams import GeneratorDraws
 from trainables.tasks import Batch, Task
 
@@ -66,17 +67,10 @@ def _sampler_of(task: Task, together, cfgs: list, device, split: str = "train"):
     def draw(n: int, draws) -> Batch:
         generators = [draws.generator] if isinstance(draws, GeneratorDraws) else \
             [torch.Generator().manual_seed(seed) for seed in draws.bits().tolist()]  # (P,) seeds, read on the host
-        batches = [task.sample(cfg, n, generator, split).to(device)
-                   for cfg, generator in zip(cfgs, generators)]
-        width = max(batch.tokens.shape[1] for batch in batches)
-        return _stacked([batch.padded(width) for batch in batches])
+        batches = [task.sample(cfg, n, generator, split).to(device) for cfg, generator in zip(cfgs, generators)]
+        stacked = stack_batches(batches)  # (P, n, ...), padded to the widest
+        if len(batches) == 1:  # sample()'s: its per-sequence info kept
+            stacked.info = {k: v[None] for k, v in batches[0].info.items()}
+        return stacked
 
     return draw
-
-
-def _stacked(batches: list[Batch]) -> Batch:
-    """(P, n, ...) members' batches of one width, stacked; per-sequence info of one member only (sample()'s)."""
-    stack = lambda name: None if getattr(batches[0], name) is None else torch.stack([getattr(b, name) for b in batches])
-    info = {k: v[None] for k, v in batches[0].info.items()} if len(batches) == 1 else {}
-    return Batch(stack("tokens"), stack("targets"), stack("loss_mask"), stack("labels"), stack("query"), info,
-                 stack("inputs"))

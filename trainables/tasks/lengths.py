@@ -89,10 +89,5 @@ def data_cost(q: dict[int, float]):
 def diversity_metrics(q: dict[int, float]) -> dict[str, float]:
     """The `data/*` metrics: width = |S| (the number of lengths with q_l > 0), entropy, R and 1/R, cost."""
     ratio = float(max_sum_ratio(q))
-    return {
-        "data/max_sum_ratio": ratio,
-        "data/inv_ratio": 1.0 / ratio,
-        "data/width": float(len(q)),
-        "data/entropy": entropy(q),
-        "data/cost": float(data_cost(q)),
-    }
+    return {"data/max_sum_ratio": ratio, "data/inv_ratio": 1.0 / ratio, "data/width": float(len(q)),
+            "data/entropy": entropy(q), "data/cost": float(data_cost(q))}

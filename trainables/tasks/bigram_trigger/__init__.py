@@ -19,7 +19,7 @@ import torch
 
 from trainables.errors import require
 from trainables.cache import patterns
-from trainables.tasks import Batch, Task
+from trainables.tasks import Task
 from trainables.tasks.bigram_trigger import metrics
 from trainables.tasks.bigram_trigger.bigram import entropy_floor, of
 from trainables.tasks.bigram_trigger.data import (BIGRAMS, LOSS_ON, OUTPUTS, RECALL, TRIGGERS, BigramTriggerConfig,
@@ -38,12 +38,10 @@ class BigramTrigger(Task):
     config = BigramTriggerConfig
     view = BigramTriggerView
     success_metric = "ood/head_acc"
-    knobs = ("task.n_train_outputs",)
+    knobs = ("task.n_train_outputs",)  # diversity: data/n_train_outputs, the knob's own value (the default)
     # The knob's output pool is a per-member (P, V) mask, n_readout is readout-only; every other field sets the bigram,
     # the shapes or which code a draw runs, so a pack shares it.
     member_fields = ("n_train_outputs", "n_readout")
-    diversity_axis = "data/n_train_outputs"
-    small_is_diverse = False
 
     batch_sampler = staticmethod(sampler)  # data.py's: every split, and a pack's training batches at once
 
@@ -121,7 +119,6 @@ class BigramTrigger(Task):
         if hits:
             arrays["prev_token_by_position"] = metrics.previous_token_by_position(torch.cat(hits)).cpu().numpy()
         return arrays, {}
-
 
     def run_name(self, cfg: BigramTriggerConfig) -> str:
         """Bigram, triggers and training outputs, e.g. text_K5sampled_out46_T256."""

@@ -82,9 +82,7 @@ def text_bigram() -> Bigram:
     return estimate(corpus.read())
 
 
-@functools.lru_cache(maxsize=None)
-def synthetic_bigram(vocab_size: int, concentration: float, seed: int) -> Bigram:
-    return synthetic(vocab_size, concentration, seed)
+synthetic_bigram = functools.lru_cache(maxsize=None)(synthetic)  # synthetic(), once per (V, concentration, seed)
 
 
 def of(cfg) -> Bigram:

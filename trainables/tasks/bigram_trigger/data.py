@@ -60,14 +60,10 @@ class BigramTriggerConfig:
     n_readout: int = 128  # sequences of test_len behind attention.npz's accuracy and attention by position
 
 
-def output_order(vocab_size: int) -> torch.Tensor:
-    """(V,) the fixed permutation whose first n_train_outputs tokens are the training outputs."""
-    return torch.randperm(vocab_size, generator=torch.Generator().manual_seed(OUTPUT_SPLIT_SEED))
-
-
 def output_pool(cfg: BigramTriggerConfig, split: str) -> torch.Tensor:
-    """(V,) bool: the tokens `split` draws outputs from (heldout: the rest; every other split: the training pool)."""
-    order = output_order(of(cfg).vocab_size)
+    """(V,) bool: the tokens `split` draws outputs from: the first n_train_outputs tokens of a fixed permutation of
+    the vocabulary (every split but heldout), or the rest (heldout)."""
+    order = torch.randperm(of(cfg).vocab_size, generator=torch.Generator().manual_seed(OUTPUT_SPLIT_SEED))  # (V,)
     pool = torch.zeros(len(order), dtype=torch.bool)
     pool[order[:cfg.n_train_outputs] if split != "heldout" else order[cfg.n_train_outputs:]] = True
     return pool

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from trainables import figures
+from trainables import figures, pattern_figures
 
 POSITION_BIN = 16  # positions averaged per point: one sequence position has few label >= 2 targets
-PATTERN_WINDOW = 64  # pattern figures show the first positions only: a 256 x 256 map hides the sub-diagonal
+PATTERN_WINDOW = pattern_figures.WINDOW  # patterns show the first positions: a 256 x 256 map hides the sub-diagonal
 NOTE = ("By position: accuracy on targets with label >= 2 and the share of sequences whose previous-token head peaks "
         f"at t - 1, averaged over bins of {POSITION_BIN} positions of sequences longer than training (dashed: the "
         f"training length). Patterns: the first {PATTERN_WINDOW} positions of an OOD example per layer and head.")
@@ -62,11 +62,8 @@ def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
     out: dict[str, Figure] = {}
     if "acc_by_position" in arrays or "prev_token_by_position" in arrays:
         out["lengthgen/by_position"] = by_position(arrays)
-    if "patterns" in arrays:
-        _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                out[f"attention/pattern_L{layer}H{head}"] = pattern(arrays, layer, head)
+    for layer, head in figures.layer_heads(arrays):
+        out[f"attention/pattern_L{layer}H{head}"] = pattern(arrays, layer, head)
     return out
 
 
@@ -83,13 +80,4 @@ def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str
         out["lengthgen/by_position"] = (figures.heatmap_image(binned, 0.0, 1.0, marks=marks, cell=12),
                                         f"by position (bins of {POSITION_BIN}), top row: accuracy where label >= 2, "
                                         "bottom row: previous-token head peak; white dot: the training length")
-    if "patterns" in arrays:
-        _, n_layers, n_heads, _, T = arrays["patterns"].shape  # (k, n_layers, H, T, T)
-        window = min(PATTERN_WINDOW, T)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                out[f"attention/pattern_L{layer}H{head}"] = (
-                    figures.heatmap_image(arrays["patterns"][0, layer, head, :window, :window], 0.0, 1.0, "magma",
-                                          cell=4),
-                    f"query rows x key columns, the first {window} positions of an OOD example")
-    return out
+    return out | pattern_figures.all_images(arrays)  # the first PATTERN_WINDOW positions, as the figures

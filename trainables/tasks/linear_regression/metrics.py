@@ -18,7 +18,6 @@ from trainables.tasks import Batch
 from trainables.tasks.linear_regression import baselines
 from trainables.tasks.linear_regression.data import LinearRegressionConfig, pool_of
 
-BASELINES = ("ridge", "dmmse")
 _memo: dict[int, dict[tuple, dict[str, np.ndarray]]] = {}  # id(batch) -> config's baseline fields -> per-k MSEs
 
 

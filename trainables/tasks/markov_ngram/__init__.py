@@ -16,6 +16,8 @@ from the pool, `ood` = fresh tables):
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -83,7 +85,7 @@ class MarkovNgram(Task):
         loss = metrics.model_loss(logits, batch)
         result = {f"{prefix}/{name}_loss": value for name, value in losses.items()}
         result[f"{prefix}/gap"] = loss - losses["bayes"]
-        references = [metrics.uniform_loss(cfg.vocab_size)] + list(losses.values())  # uniform, k = 1 .. n
+        references = [math.log(cfg.vocab_size)] + list(losses.values())  # uniform (Edelman's start), k = 1 .. n
         result[f"{prefix}/stage"] = float(metrics.stage(loss, references))
         if prefix == "ood" and patterns(cache):  # a model without attention has no lags to read
             pattern = patterns(cache)[0]  # (B, H, T_q, T) of the first layer
@@ -117,12 +119,6 @@ class MarkovNgram(Task):
                 first.setdefault(names[int(stage)], record["step"])
         return {f"ood/first_step_at_{name}": float(first.get(name, float("nan"))) for name in names}
 
-    def mi_tables(self, cfg: MarkovNgramConfig) -> torch.Tensor:
-        """The tables the chi-square MI averages over: the training pool's first MI_TABLES, or as many prior draws."""
-        if cfg.pool_size:
-            return pool(cfg)[:MI_TABLES]
-        return draw_tables(cfg, MI_TABLES, torch.Generator().manual_seed(cfg.pool_seed))
-
     @torch.no_grad()
     def readouts(self, cfg, model, ood, generator, n_examples):
         """Every layer's lag profile on the OOD set (`lag_profile` (n_layers, H, T)) and the chi-square mutual
@@ -137,9 +133,10 @@ class MarkovNgram(Task):
                                                 ).cpu().numpy()
         final = {}
         if n_contexts(cfg) <= mutual_info.MAX_STATES:
-            values = mutual_info.chi2_mutual_information(self.mi_tables(cfg), cfg.order)
-            window = cfg.order
-            arrays |= {"mi_lags": np.array([[m in lags for m in range(1, window + 1)] for lags in values]),
+            tables = (pool(cfg)[:MI_TABLES] if cfg.pool_size  # the training pool's first, or as many prior draws
+                      else draw_tables(cfg, MI_TABLES, torch.Generator().manual_seed(cfg.pool_seed)))
+            values = mutual_info.chi2_mutual_information(tables, cfg.order)
+            arrays |= {"mi_lags": np.array([[m in lags for m in range(1, cfg.order + 1)] for lags in values]),
                        "mi_standard": np.array([v[0] for v in values.values()]),
                        "mi_modified": np.array([v[1] for v in values.values()])}
             for lags, (standard, modified) in values.items():
@@ -147,7 +144,6 @@ class MarkovNgram(Task):
                 final[f"mi/modified_{mutual_info.metric_name(lags)}"] = modified
             final["mi/argmax_is_parents"] = float(mutual_info.argmax(values) == tuple(range(1, cfg.order)))
         return arrays, final
-
 
     def run_name(self, cfg: MarkovNgramConfig) -> str:
         """Vocabulary, order, alpha and pool, e.g. S3_n3_a0.3_pool64."""

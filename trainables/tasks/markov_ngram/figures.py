@@ -112,11 +112,8 @@ def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
         out["attention/lag_profile"] = lag_profile(arrays["lag_profile"], arrays.get("parent_lags", np.array([])))
     if "mi_modified" in arrays:
         out["mi/chi2"] = mutual_information(arrays["mi_lags"], arrays["mi_standard"], arrays["mi_modified"])
-    if "patterns" in arrays:
-        _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                out[f"attention/pattern_L{layer}H{head}"] = pattern(arrays["patterns"], layer, head)
+    for layer, head in figures.layer_heads(arrays):
+        out[f"attention/pattern_L{layer}H{head}"] = pattern(arrays["patterns"], layer, head)
     return out
 
 
@@ -141,11 +138,8 @@ def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str
         out["attention/lag_profile"] = (figures.heatmap_image(heads, 0.0, 1.0, marks=marks, cell=16),
                                         "first layer: attention mass by offset (columns 0.."
                                         f"{heads.shape[1] - 1}), one row per head; white dots: the parents' lags")
-    if "patterns" in arrays:
-        _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                out[f"attention/pattern_L{layer}H{head}"] = (
-                    figures.heatmap_image(arrays["patterns"][0, layer, head], 0.0, 1.0, "magma", cell=4),
-                    "query rows x key columns of an OOD sequence")
+    for layer, head in figures.layer_heads(arrays):  # patterns (k, n_layers, H, T, T)
+        out[f"attention/pattern_L{layer}H{head}"] = (
+            figures.heatmap_image(arrays["patterns"][0, layer, head], 0.0, 1.0, "magma", cell=4),
+            "query rows x key columns of an OOD sequence")
     return out

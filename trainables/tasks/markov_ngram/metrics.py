@@ -6,8 +6,6 @@ a batch as its first token followed by its targets.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from trainables.tasks import Batch
@@ -89,11 +87,6 @@ def model_loss(logits: torch.Tensor, batch: Batch) -> float:
 def stage(loss: float, references: list[float]) -> int:
     """Index of the reference loss closest to `loss` (references: uniform, then the k-gram strategies by k)."""
     return min(range(len(references)), key=lambda i: abs(loss - references[i]))
-
-
-def uniform_loss(vocab_size: int) -> float:
-    """The loss of predicting every token uniformly: the start of Edelman's stages."""
-    return math.log(vocab_size)
 
 
 def lag_profile(pattern: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,4 @@
-"""How the Markov n-gram task is shown (trainables/tasks/view.py): its headline and table columns, learning curves, W&B
-panels and figures (figures.py, imported when something is drawn)."""
+"""How the Markov n-gram task is shown: its TaskView (trainables/tasks/view.py), drawing with figures.py."""
 from __future__ import annotations
 
 from trainables.tasks.view import Panel, PanelSection, TaskView

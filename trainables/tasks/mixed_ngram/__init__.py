@@ -4,14 +4,14 @@ figures (figures.py), and what the sweeps, W&B and the reports need to know abou
 The question (seed 002, "How Transformers Get Rich"): a target mixes a lazy component the weights can hold (a global
 4-gram rule) and a rich in-context one (an induction head), the latter in a share alpha of the sequences. SPEC §6
 claims the lazy loss falls first, the in-context loss then sits on a plateau and drops abruptly, later the smaller
-alpha is. The knob is alpha; the reports plot the transition step and the plateau's length against it. Success: the in-context accuracy on OOD sequences, whose
-periods were never seen in training (ood/icl_acc >= eval.threshold).
+alpha is. The knob is alpha; the reports plot the transition step and the plateau's length against it. Success:
+the in-context accuracy on OOD sequences, whose periods were never seen in training (ood/icl_acc >= eval.threshold).
 """
 from __future__ import annotations
 
 from trainables.cache import patterns
 from trainables.errors import require
-from trainables.tasks import Batch, Task
+from trainables.tasks import Task
 from trainables.tasks.mixed_ngram import metrics
 from trainables.tasks.mixed_ngram.data import CONTEXT, NGRAM, MixedNgramConfig, rule_table, sampler
 from trainables.tasks.mixed_ngram.view import MixedNgramView
@@ -24,9 +24,8 @@ class MixedNgram(Task):
     config = MixedNgramConfig
     view = MixedNgramView
     success_metric = "ood/icl_acc"
-    knobs = ("task.alpha",)
+    knobs = ("task.alpha",)  # diversity: data/alpha, the knob's own value (the default)
     small_is_diverse = True
-    diversity_axis = "data/alpha"
     # All but the shapes (n_lazy_tokens, n_icl_tokens, seq_len): a pack may mix alphas, noise levels, rule tables and
     # periods (the sampler holds them per member); ood_period_high is the evaluation's alone.
     member_fields = ("alpha", "lazy_noise", "rule_seed", "period_low", "period_high", "ood_period_high")
@@ -84,7 +83,6 @@ class MixedNgram(Task):
     def readouts(self, cfg, model, ood, generator, n_examples):
         """The lazy rule's table, so a trial's arrays say which 4-gram it learned."""
         return {"rule_table": rule_table(cfg).numpy()}, {}
-
 
     def run_name(self, cfg: MixedNgramConfig) -> str:
         """The in-context share and the training periods, e.g. a0.25_k2-6."""

@@ -43,23 +43,22 @@ def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
     """W&B media key -> figure: the full pattern of every layer and head on the first OOD example."""
     if "patterns" not in arrays or "period" not in arrays:
         return {}
-    _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
     return {f"attention/pattern_L{layer}H{head}": pattern(arrays, layer, head)
-            for layer in range(n_layers) for head in range(n_heads)}
+            for layer, head in figures.layer_heads(arrays)}
 
 
 def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
     """W&B media key -> (uint8 image, caption): the patterns of all_figures as heatmaps, induction targets dotted."""
     if "patterns" not in arrays or "period" not in arrays:
         return {}
-    _, n_layers, n_heads, _, T = arrays["patterns"].shape  # (k, n_layers, H, T, T)
+    T = arrays["patterns"].shape[-1]  # (k, n_layers, H, T, T)
     k = int(arrays["period"][0])
     queries = np.arange(k, T)
     marks = [(queries, queries - k + 1, (124, 252, 0))]
     caption = f"query rows x key columns of an OOD in-context sequence (k = {k}); green: the induction targets t-k+1"
     return {f"attention/pattern_L{layer}H{head}": (
         figures.heatmap_image(arrays["patterns"][0, layer, head], 0.0, 1.0, "magma", marks, cell=4), caption)
-        for layer in range(n_layers) for head in range(n_heads)}
+        for layer, head in figures.layer_heads(arrays)}
 
 
 def component_curves(runs: dict[str, list[dict]], title: str = "") -> Figure:

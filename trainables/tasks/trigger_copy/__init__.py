@@ -7,7 +7,7 @@ import torch
 
 from trainables.errors import ConfigError, require
 from trainables.cache import pattern_at, patterns
-from trainables.tasks import Batch, Task
+from trainables.tasks import Task
 from trainables.tasks.lengths import distribution, diversity_metrics
 from trainables.tasks.trigger_copy import metrics
 from trainables.tasks.trigger_copy.data import OOD_SPLITS, TriggerCopyConfig, sampler, valid_pairs
@@ -108,7 +108,6 @@ class TriggerCopy(Task):
         logits, _ = model.run_with_cache(pairs.tokens, pairs.query)  # (B, N) at the query
         acc = metrics.accuracy_by_pair(logits.argmax(-1) == pairs.scored_targets(), pairs, cfg.max_len).numpy()
         return {"acc_by_pair": acc}, {"all_pairs/acc": float(np.nanmean(acc))}
-
 
     def run_name(self, cfg: TriggerCopyConfig) -> str:
         """Training lengths and trigger count, e.g. l3-15_t4."""

@@ -49,16 +49,10 @@ def accuracy_by_pair(acc: np.ndarray) -> Figure:
 def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
     """W&B media key -> figure: attention at the query and full patterns per layer and head, accuracy by pair."""
     out: dict[str, Figure] = {}
-    if "query_attention" in arrays:
-        _, n_layers, n_heads, _ = arrays["query_attention"].shape  # (k, n_layers, H, T)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                out[f"attention/query_L{layer}H{head}"] = query_attention(arrays, layer, head)
-    if "patterns" in arrays:
-        _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                out[f"attention/pattern_L{layer}H{head}"] = pattern(arrays, layer, head)
+    for layer, head in figures.layer_heads(arrays, "query_attention"):
+        out[f"attention/query_L{layer}H{head}"] = query_attention(arrays, layer, head)
+    for layer, head in figures.layer_heads(arrays):
+        out[f"attention/pattern_L{layer}H{head}"] = pattern(arrays, layer, head)
     if "acc_by_pair" in arrays:
         out["ood/acc_by_pair"] = accuracy_by_pair(arrays["acc_by_pair"])
     return out
@@ -81,22 +75,17 @@ def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str
         even = (l1 + l2) % 2 == 0
         marks = [(rows, l1, MARK_RGB["first trigger"]), (rows, l1 + 1, MARK_RGB["output"]),
                  (rows[even], ((l1 + l2) // 2 + 1)[even], MARK_RGB["shortcut"])]
-        _, n_layers, n_heads, T = arrays["query_attention"].shape  # (k, n_layers, H, T)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                attention = np.asarray(arrays["query_attention"][:, layer, head], dtype=float)
-                attention = np.where(np.arange(T)[None, :] > query[:, None], np.nan, attention)  # padding blank
-                image = figures.heatmap_image(attention, 0.0, max(float(np.nanmax(attention)), 1e-6), "magma", marks)
-                out[f"attention/query_L{layer}H{head}"] = (image, QUERY_CAPTION)
-    if "patterns" in arrays:
-        _, n_layers, n_heads, _, _ = arrays["patterns"].shape  # (k, n_layers, H, T, T)
+        T = arrays["query_attention"].shape[-1]  # (k, n_layers, H, T)
+        for layer, head in figures.layer_heads(arrays, "query_attention"):
+            attention = np.asarray(arrays["query_attention"][:, layer, head], dtype=float)
+            attention = np.where(np.arange(T)[None, :] > query[:, None], np.nan, attention)  # padding blank
+            image = figures.heatmap_image(attention, 0.0, max(float(np.nanmax(attention)), 1e-6), "magma", marks)
+            out[f"attention/query_L{layer}H{head}"] = (image, QUERY_CAPTION)
+    for layer, head in figures.layer_heads(arrays):  # patterns (k, n_layers, H, T, T)
         end = int(arrays["l1"][0] + arrays["l2"][0] + 3)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                pattern = arrays["patterns"][0, layer, head, :end, :end]
-                out[f"attention/pattern_L{layer}H{head}"] = (
-                    figures.heatmap_image(pattern, 0.0, 1.0, "magma"),
-                    f"query rows x key columns of the first example (l1={arrays['l1'][0]}, l2={arrays['l2'][0]})")
+        out[f"attention/pattern_L{layer}H{head}"] = (
+            figures.heatmap_image(arrays["patterns"][0, layer, head, :end, :end], 0.0, 1.0, "magma"),
+            f"query rows x key columns of the first example (l1={arrays['l1'][0]}, l2={arrays['l2'][0]})")
     if "acc_by_pair" in arrays:
         acc = np.asarray(arrays["acc_by_pair"], dtype=float)
         finite = np.isfinite(acc)

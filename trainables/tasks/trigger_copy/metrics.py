@@ -26,10 +26,8 @@ def shortcut_rates(predictions: torch.Tensor, batch: Batch, l_min: int) -> dict[
     pseudo_index = (l1 + l2) // 2 + 1  # position l̄ + 2
     pseudo = (predictions == _token_at(batch, pseudo_index))[even]
     leftmost = predictions == _token_at(batch, torch.full_like(l1, l_min + 1))
-    return {
-        "ood/pseudo_rate": pseudo.double().mean().item() if len(pseudo) else float("nan"),
-        "ood/leftmost_rate": leftmost.double().mean().item(),
-    }
+    return {"ood/pseudo_rate": pseudo.double().mean().item() if len(pseudo) else float("nan"),
+            "ood/leftmost_rate": leftmost.double().mean().item()}
 
 
 def mechanism_scores(attention: torch.Tensor, batch: Batch) -> dict[str, float]:
@@ -43,10 +41,8 @@ def mechanism_scores(attention: torch.Tensor, batch: Batch) -> dict[str, float]:
     induction = attention[rows, :, l1 + 1]  # (B, H)
     even = (l1 + l2) % 2 == 0
     positional = attention[rows, :, (l1 + l2) // 2 + 1][even]  # (B_even, H)
-    return {
-        "mech/induction_score": induction.mean(0).max().item(),
-        "mech/positional_score": positional.mean(0).max().item() if len(positional) else float("nan"),
-    }
+    return {"mech/induction_score": induction.mean(0).max().item(),
+            "mech/positional_score": positional.mean(0).max().item() if len(positional) else float("nan")}
 
 
 def accuracy_by_trigger_position(correct: torch.Tensor, batch: Batch, support: list[int]) -> dict[str, float]:
@@ -80,10 +76,6 @@ def kq_peaks(W_KQ: torch.Tensor, vocab_size: int, max_len: int, n_triggers: int)
     triggers are symmetric), which scales like sum_l q_l / T(l).
     """
     L, N = max_len, vocab_size
-    positional_block = W_KQ[:L, :L]
     triggers = torch.arange(n_triggers, device=W_KQ.device)
     induction = W_KQ[L + N + triggers, L + triggers]
-    return {
-        "mech/kq_positional_peak": positional_block.max().item(),
-        "mech/kq_induction_peak": induction.mean().item(),
-    }
+    return {"mech/kq_positional_peak": W_KQ[:L, :L].max().item(), "mech/kq_induction_peak": induction.mean().item()}

@@ -129,11 +129,16 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
         raise ConfigError("sweep.constraints", "no point of the axes satisfies every constraint")
     base_dict = config.to_dict(base)
     for point in result:
-        try:
-            config.with_point(base_dict, point, check_device=False)
-        except ConfigError as e:
-            raise ConfigError(e.key, f"{e.reason} (at sweep point {point_id(point)})") from None
+        config_at(base_dict, point, "sweep point ")
     return result
+
+
+def config_at(base_dict: dict, point: dict[str, Any], what: str = "") -> config.Config:
+    """The config of a point (its device not checked); a ConfigError says at which point ("at " + `what` + its id)."""
+    try:
+        return config.with_point(base_dict, point, check_device=False)
+    except ConfigError as e:
+        raise ConfigError(e.key, f"{e.reason} (at {what}{point_id(point)})") from None
 
 
 def verdict_rule(base: config.Config, sweep: SweepConfig):

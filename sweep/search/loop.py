@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from sweep import tuner
 from sweep.storage.out_dir import OutDir
-from sweep.search import guide, owners, samplers
+from sweep.search import bisection, guide, owners, samplers
 from sweep.search.config import SearchConfig
 from sweep.search.studies import Slice, constraint_checks, holds
 from sweep.space import point_id, read_error, read_result
@@ -204,8 +204,8 @@ def steer(all_slices: list[Slice], studies: dict, search: SearchConfig, round_in
     earlier rounds only (so the same round, re-run after a kill, is steered the same way); {} without one."""
     if not guide.active(search):
         return {}
-    knob = search.knob.key
-    pooled = {sl.study_name: guide.evidence_before(studies[sl.study_name], knob, round_index) for sl in all_slices}
+    earlier = lambda study: [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("round", 0) < round_index]
+    pooled = {sl.study_name: bisection.evidence(earlier(studies[sl.study_name]), search.knob.key) for sl in all_slices}
     predicted = {}
     for sl in all_slices:
         others = [(pooled[o.study_name], o.measures) for o in all_slices

@@ -19,7 +19,7 @@ import sqlalchemy
 from sweep.search import guide, owners, samplers
 from sweep.search.config import SearchConfig
 from sweep.search.samplers import ParamConfig
-from sweep.space import axis_values, parse_constraint, point_id
+from sweep.space import axis_values, config_at, parse_constraint, point_id
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.tasks import task_of
@@ -62,10 +62,7 @@ def _clean(value):
 
 def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list[Slice]:
     """Every slice with its valid knob values; each (slice, value, seed) config is validated here, before any run."""
-    keys = [axis.key for axis in search.slices]
-    for i, axis in enumerate(search.slices):
-        if config.select(base, axis.key) is config.MISSING:
-            raise ConfigError(f"search.slices[{i}].key", f"{axis.key} is not a key of the training config")
+    keys = [axis.key for axis in search.slices]  # each a key of the training config (load_search)
     value_lists = [axis_values(axis, f"search.slices[{i}]") for i, axis in enumerate(search.slices)]
     knob = search.knob.key
     checks = constraint_checks(search)
@@ -82,11 +79,11 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
         measures = {}
         if not params:  # with params, a member's config is known only once they are drawn: checked then
             for v in values:
-                cfg = _check_point(base_dict, point | {knob: v})
+                cfg = config_at(base_dict, point | {knob: v})
                 if guide.active(search):
                     measures[v] = task_of(cfg).diversity(cfg.task)[search.guide.metric]
         if search.reference:
-            _check_point(base_dict, point | search.reference)
+            config_at(base_dict, point | search.reference)
         result.append(Slice(point, values, name, params, measures))
     return result
 
@@ -121,13 +118,6 @@ def holds(checks: list, point: dict) -> bool:
         except KeyError:
             continue
     return True
-
-
-def _check_point(base_dict: dict, point: dict) -> config.Config:
-    try:
-        return config.with_point(base_dict, point, check_device=False)
-    except ConfigError as e:
-        raise ConfigError(e.key, f"{e.reason} (at {point_id(point)})") from None
 
 
 JOURNAL = "study.journal"  # the default storage, in the output directory

@@ -105,6 +105,11 @@ class SearchConfig(RunConfig):
         """The keys the search sets per slice and candidate: the names a constraint may use."""
         return [a.key for a in self.slices] + [self.knob.key] + [n for p in self.tpe.params for n in p.names()]
 
+    def constraint_checks(self) -> list:
+        """search.constraints as checks of a point (space.parse_constraint: a misspelt key is refused)."""
+        return [parse_constraint(text, self.swept_keys(), f"search.constraints[{i}]")
+                for i, text in enumerate(self.constraints)]
+
     def as_flat_keys(self) -> dict:
         """The section as a plain dict laid out as before each sampler had its subsection (MOVED_KEYS): how
         config.yaml was written then, in its order."""
@@ -127,8 +132,7 @@ def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
     success.direction = success.direction or (task_direction if success.metric == task.success_metric else ">=")
     narrowing = _narrowed(base, search)
     _require_valid(base, search)
-    for i, text in enumerate(search.constraints):  # a key misspelt: refused here, with the key it meant
-        parse_constraint(text, search.swept_keys(), f"search.constraints[{i}]")
+    search.constraint_checks()  # a key misspelt: refused here, with the key it meant
     for line in narrowing:  # once the search is known to be valid: an error is the one line
         note(line)
     return base, search

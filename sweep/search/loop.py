@@ -23,7 +23,7 @@ from sweep import tuner
 from sweep.storage.out_dir import OutDir
 from sweep.search import bisection, guide, owners, samplers
 from sweep.search.config import SearchConfig
-from sweep.search.studies import Slice, constraint_checks, holds
+from sweep.search.studies import Slice, holds
 from sweep.space import point_id, read_error, read_result
 from sweep.verdicts import rule_per_point
 from trainables import config
@@ -101,7 +101,7 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
     budgets = {name: sampler.budget(trials(name), extend) for name, sampler in chooser.items()}
     predicted: dict[str, dict] = {}  # study -> the verdicts the guide predicts for its knob values this round
     wants_more = lambda name: chooser[name].next(trials(name), budgets[name], predicted.get(name)) is not None
-    checks, base_dict = constraint_checks(search), config.to_dict(base)
+    checks, base_dict = search.constraint_checks(), config.to_dict(base)
     pending_references = [p for p in reference_points(all_slices, search, base.seed) if read_result(p, out) is None]
     round_index = latest_round(studies)
     interrupted = interrupted_round(out, studies) if guide.active(search) else None

@@ -19,7 +19,7 @@ import sqlalchemy
 from sweep.search import guide, owners, samplers
 from sweep.search.config import SearchConfig
 from sweep.search.samplers import ParamConfig
-from sweep.space import axis_values, config_at, parse_constraint, point_id
+from sweep.space import axis_values, config_at, point_id
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.tasks import task_of
@@ -65,7 +65,7 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
     keys = [axis.key for axis in search.slices]  # each a key of the training config (load_search)
     value_lists = [axis_values(axis, f"search.slices[{i}]") for i, axis in enumerate(search.slices)]
     knob = search.knob.key
-    checks = constraint_checks(search)
+    checks = search.constraint_checks()
     base_dict = config.to_dict(base)
     result = []
     for combo in itertools.product(*value_lists):
@@ -92,21 +92,14 @@ def unreachable_note(search: SearchConfig, all_slices: list[Slice]) -> str | Non
     """The line saying which knob values the constraints rule out in every slice (e.g. a knob.high no slice can
     reach), which would otherwise narrow the search without a word; None when every value is searched somewhere.
     (Said once the search is known to start: a later refusal stays the one line on stderr.)"""
-    if not search.knob.key:
-        return None
     candidates = search.knob.values or range(search.knob.low, search.knob.high + 1)
-    dropped = [v for v in candidates if not any(v in sl.values for sl in all_slices)]
+    dropped = [v for v in candidates if not any(v in sl.values for sl in all_slices)] if search.knob.key else []
     if not dropped:
         return None
     contiguous = not search.knob.values and dropped[-1] - dropped[0] == len(dropped) - 1 and len(dropped) > 2
     shown = f"{dropped[0]}..{dropped[-1]}" if contiguous else ", ".join(map(str, dropped[:6])) + (
         ", ..." if len(dropped) > 6 else "")
     return f"search.knob: {search.knob.key} = {shown} breaks search.constraints in every slice: not searched"
-
-
-def constraint_checks(search: SearchConfig) -> list:
-    return [parse_constraint(c, search.swept_keys(), f"search.constraints[{i}]")
-            for i, c in enumerate(search.constraints)]
 
 
 def holds(checks: list, point: dict) -> bool:

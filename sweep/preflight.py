@@ -34,7 +34,6 @@ VISIBLE_WITHIN_S = 10
 
 
 def check_storage(out: OutDir) -> None:
-    """check_shared_storage for a directory, check_bucket for a bucket."""
     if out.mirror:
         check_bucket(out.mirror.bucket)
     else:

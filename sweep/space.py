@@ -107,15 +107,14 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
     """Every combination of axis values that meets the constraints, times the seeds; each one validated."""
     if not sweep.axes:
         raise ConfigError("sweep.axes", "name at least one axis (key plus values or range)")
-    keys, value_lists = [], []
+    value_lists = []
     for i, axis in enumerate(sweep.axes):
-        values = axis_values(axis, f"sweep.axes[{i}]")
+        value_lists.append(axis_values(axis, f"sweep.axes[{i}]"))
         if axis.key == "seed":
             raise ConfigError(f"sweep.axes[{i}].key", "seeds are swept by sweep.seeds")
         if config.select(base, axis.key) is config.MISSING:
             raise ConfigError(f"sweep.axes[{i}].key", f"{axis.key} is not a key of the trial config")
-        keys.append(axis.key)
-        value_lists.append(values)
+    keys = [axis.key for axis in sweep.axes]
     checks = [parse_constraint(c, keys, f"sweep.constraints[{i}]") for i, c in enumerate(sweep.constraints)]
     if not sweep.seeds or len(set(sweep.seeds)) != len(sweep.seeds):
         raise ConfigError("sweep.seeds", "needs at least one seed, each once")

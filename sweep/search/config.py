@@ -167,8 +167,7 @@ def _narrowed(base: config.Config, search: SearchConfig) -> list[str]:
         fixed = {token: value for token in _IDENTIFIER.findall(text) if token not in swept and token in keys
                  and isinstance(value := config.select(base, token), (int, float)) and not isinstance(value, bool)}
         if fixed:
-            search.constraints[i] = _IDENTIFIER.sub(lambda m: str(fixed[m.group(0)]) if m.group(0) in fixed
-                                                    else m.group(0), text)
+            search.constraints[i] = _IDENTIFIER.sub(lambda m: str(fixed.get(m.group(0), m.group(0))), text)
             lines.append(f"search.constraints[{i}]: "
                          f"{', '.join(f'{k} is not swept, read as {v}' for k, v in fixed.items())} "
                          f"({search.constraints[i]!r})")
@@ -225,8 +224,8 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("search.threshold.resolution", search.threshold.resolution > 0,
          f"must be > 0 (knob steps), got {search.threshold.resolution}"),
         ("search.budget.trainings", search.budget.trainings >= 1, f"must be >= 1, got {search.budget.trainings}"),
-        ("search.success.seeds", sampler.judged_by_candidate or (success.seeds, success.min_seeds) == (default.seeds,
-                                                                                        default.min_seeds),
+        ("search.success.seeds",
+         sampler.judged_by_candidate or (success.seeds, success.min_seeds) == (default.seeds, default.min_seeds),
          "are for the bisection, exhaustive and tpe samplers; the threshold sampler draws seeds seed, seed + 1, ... "
          "(search.threshold.batch per evaluation): drop seeds and min_seeds, or set search.sampler=bisection"),
         ("search.success.direction", success.direction in (">=", "<="), "must be >= or <="),

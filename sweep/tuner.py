@@ -186,11 +186,8 @@ def _run_config(section, out: OutDir, name: str, view: ProgressView) -> tune.Run
 
 def _errors(grid: tune.ResultGrid) -> dict[str, str]:
     """trial id -> the last line of the error of every Tune trial that ended in error."""
-    found = {}
-    for result in grid:
-        if result.error is not None:
-            found[result.config["trial"]] = (str(result.error).strip().splitlines() or ["error"])[-1][:500]
-    return found
+    return {result.config["trial"]: (str(result.error).strip().splitlines() or ["error"])[-1][:500]
+            for result in grid if result.error is not None}
 
 
 def _trial_name(trial) -> str:

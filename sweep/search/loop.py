@@ -285,14 +285,9 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
     if not search.tpe.minimize:
         study.tell(trial, float(trial.params[search.knob.key]))
         return
-    objective = [_metric(r, search.tpe.minimize) for r in results]
-    if not all(math.isfinite(v) for v in objective):
+    objective = [r.get(search.tpe.minimize) for r in results]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in objective):
         trial.set_user_attr("failed_because", f"{search.tpe.minimize} is missing or not finite in a result")
         study.tell(trial, state=TrialState.FAIL)
         return
     study.tell(trial, sum(objective) / len(objective))
-
-
-def _metric(result: dict, name: str) -> float:
-    value = result.get(name)
-    return value if isinstance(value, (int, float)) and not math.isnan(value) else -math.inf

@@ -71,9 +71,8 @@ def _start_ticks(pid: int) -> int | None:
             return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22; the name before ')' may hold spaces
     except FileNotFoundError:
         return None
-    except OSError:
-        pass
-    return 0 if process_alive(pid) else None
+    except OSError:  # no /proc
+        return 0 if process_alive(pid) else None
 
 
 def driver(pid: int | None = None) -> dict:

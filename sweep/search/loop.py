@@ -185,9 +185,9 @@ def interrupted_round(out: Path, studies: dict) -> tuple[int, list[str]] | None:
     missing, a zombie, or one that gave way to another driver's); None if it finished. With several drivers the plan
     is the last one any of them wrote: a driver killed mid-round may be caught up in a later round instead, which
     changes where the search probes, never its answer."""
-    plan = read_json(out / ROUND_PLAN)
-    if plan is None:
+    if (plan := read_json(out / ROUND_PLAN)) is None:
         return None
+
     def told(study) -> bool:
         zombies = owners.zombies(study)
         return any(t.user_attrs.get("round") == plan["round"] and t.number not in zombies
@@ -235,8 +235,7 @@ def ask(study: optuna.Study, sl: Slice, sampler: samplers.Sampler, chosen: dict,
     driver asked in this study at the same moment and goes ahead (told FAIL with lost_to; never trained)."""
     trial, in_flight = owners.ask(study, sl.distributions(search.knob.key), chosen)
     trial.set_user_attr("round", round_index)
-    winner = owners.lost_to(in_flight)
-    if winner is not None:
+    if (winner := owners.lost_to(in_flight)) is not None:
         trial.set_user_attr(owners.LOST_TO, winner.number)
         study.tell(trial, state=TrialState.FAIL)
         return None

@@ -64,9 +64,7 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
     """Every slice with its valid knob values; each (slice, value, seed) config is validated here, before any run."""
     keys = [axis.key for axis in search.slices]  # each a key of the training config (load_search)
     value_lists = [axis_values(axis, f"search.slices[{i}]") for i, axis in enumerate(search.slices)]
-    knob = search.knob.key
-    checks = search.constraint_checks()
-    base_dict = config.to_dict(base)
+    knob, checks, base_dict = search.knob.key, search.constraint_checks(), config.to_dict(base)
     result = []
     for combo in itertools.product(*value_lists):
         point = dict(zip(keys, combo))

@@ -44,7 +44,6 @@ def _parser() -> argparse.ArgumentParser:
     grid.add_argument("overrides", nargs="*", help="dotlist overrides; sweep.* ones change the sweep itself")
     grid.add_argument("--out", required=True, help="output directory, or s3://bucket/prefix[?endpoint_override=URL] "
                                                    "(re-running resumes the grid)")
-    grid.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
 
     search = verbs.add_parser("search", help="Optuna search for the minimal diversity that generalizes OOD, per slice")
     search.add_argument("config", help="YAML file with a search: section (knob, slices, success, sampler, budget)")
@@ -57,15 +56,15 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--extend", type=int, default=0,
                         help="add N to each slice's budget (seed trainings; completed Optuna trials with the "
                              "bisection, exhaustive and tpe samplers)")
-    search.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
+    for verb in (grid, search):
+        verb.add_argument("--address", help="join this Ray cluster (host:port); default: RAY_ADDRESS, else a local Ray")
 
     report = verbs.add_parser("report", help="(re)build report.html of a train, grid or search output dir")
-    report.add_argument("dir", metavar="DIR", help="an output dir of headsweep train, grid or search (or its s3:// place)")
-
     show = verbs.add_parser("show", help="print the table a train, grid or search printed (or so far), from its files: "
                                          "no Ray, no training")
-    show.add_argument("dir", metavar="DIR",
-                      help="an output dir of headsweep train, grid or search (or its s3:// place)")
+    for verb in (report, show):
+        verb.add_argument("dir", metavar="DIR", help="an output dir of headsweep train, grid or search "
+                                                     "(or its s3:// place)")
 
     compare = verbs.add_parser("compare", help="the thresholds of several searches against the theory, one figure")
     compare.add_argument("dirs", nargs="+", metavar="DIR", help="output dirs (or s3:// places) of headsweep search")
@@ -117,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     stopping.on_sigterm()
     try:
         code = {"train": _train, "grid": _grid, "search": _search, "report": _report, "show": _show,
-                "compare": _compare,
-                "list": _list, "dashboard": _dashboard}[args.verb](args)
+                "compare": _compare, "list": _list, "dashboard": _dashboard}[args.verb](args)
         sys.stdout.flush()  # here, not at exit: a reader that has gone away is then seen below
         return code
     except ConfigError as e:
@@ -174,7 +172,7 @@ def _grid(args) -> int:
     base, sweep, points = space.load_sweep(args.config, args.overrides)
     out, frame = grid.run(base, sweep, points, args.out, args.address)
     print(grid.summary(base, sweep, frame, out))
-    return 1 if len(grid.failed(frame)) else 0
+    return 1 if frame["status"].isin(grid.FAILED).any() else 0
 
 
 def _search(args) -> int:
@@ -268,22 +266,20 @@ def _list(args) -> int:
 
 def _describe_task(task) -> list[str]:
     direction = ">=" if task.success_above else "<="
-    return [line for line in (
-        _doc(task),
+    return _doc(task) + [
         f"diversity knobs: {', '.join(task.knobs) or '(none declared)'}; axis: {task.diversity_axis or '(none)'}",
-        f"success: {task.success_metric} {direction} eval.threshold") if line]
+        f"success: {task.success_metric} {direction} eval.threshold"]
 
 
 def _describe_model(spec) -> list[str]:
     trained = "by optim.*" if spec.uses_optim else "by its own phases (model.*)"
     reads = "one query position per sequence" if spec.needs_query else "every position"
-    return [line for line in (_doc(spec), f"reads {reads}; trained {trained}") if line]
+    return _doc(spec) + [f"reads {reads}; trained {trained}"]
 
 
-def _doc(obj) -> str:
-    """The first line of the docstring of the object's own class ("": none; class docstrings are not inherited)."""
-    doc = (type(obj).__doc__ or "").strip()
-    return doc.splitlines()[0] if doc else ""
+def _doc(obj) -> list[str]:
+    """The first line of the docstring of the object's own class, if it has one (class docstrings are not inherited)."""
+    return (type(obj).__doc__ or "").strip().splitlines()[:1]
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from trainables.tasks import task_of, view_of
 
 # (a results.csv written before `member` existed names it `trial`: report.results reads either)
 FIRST_COLUMNS = ["member", "status", "error", "seconds"]
+FAILED = ("error", "unfinished")  # a member that failed for good, or never finished: `headsweep grid` exits 1
 
 
 def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_arg: str,
@@ -62,14 +63,6 @@ def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, 
     return (heading + table + "\n" + f"{len(frame)} members: "
             + ", ".join(f"{n} {status}" for status, n in counts.items()) + f"  [{out}/results.csv, {out}/report.html]"
             + (f" (local copy: {out.local})" if out.mirror else ""))
-
-
-def failed(frame: pd.DataFrame) -> pd.DataFrame:
-    """The members that failed for good or never finished (exit status 1 of `headsweep grid`)."""
-    return frame[frame["status"].isin(FAILED)]
-
-
-FAILED = ("error", "unfinished")
 
 
 def write_results(out: OutDir, points: list[dict], errors: dict[str, str]) -> pd.DataFrame:

@@ -34,7 +34,6 @@ VISIBLE_WITHIN_S = 10
 
 
 def check_storage(out: OutDir) -> None:
-    """check_shared_storage for a directory, check_bucket for a bucket."""
     if out.mirror:
         check_bucket(out.mirror.bucket)
     else:
@@ -54,7 +53,8 @@ def check_bucket(bucket: buckets.Bucket) -> None:
     try:
         for node, problem in _ask_every_node(_bucket_probe, probes, token):
             if problem is not None:
-                raise _cannot_reach(node, bucket, problem)
+                raise ConfigError("--out", f"node {_where(node)} cannot use {bucket} ({problem}): every node needs the "
+                                           "bucket's endpoint and credentials (docs/CLUSTER.md)")
     finally:
         with suppress(FileNotFoundError):
             fs.delete_dir(probes.path())
@@ -78,12 +78,6 @@ def _bucket_probe(probes: buckets.Bucket, token: str, name: str) -> str | None:
         return f"it cannot write there: {buckets.why(str(e))}"
 
 
-def _cannot_reach(node: dict, bucket: buckets.Bucket, why: str) -> ConfigError:
-    where = f"{node.get('NodeManagerAddress', '?')}/{node['NodeID'][:8]}"
-    return ConfigError("--out", f"node {where} cannot use {bucket} ({why}): every node needs the bucket's endpoint "
-                                "and credentials (docs/CLUSTER.md)")
-
-
 def check_shared_storage(out: Path) -> None:
     """Raise ConfigError("--out", ...) naming the first node that cannot read or write `out` as the driver sees it.
     Creates `out` for the probe and leaves it only if the check passes: a failed check has written nothing."""
@@ -104,7 +98,8 @@ def check_shared_storage(out: Path) -> None:
         shutil.rmtree(probes, ignore_errors=True)
         if not passed:
             for directory in created:  # deepest first; rmdir never removes what someone else put there
-                _rmdir_if_empty(directory)
+                with suppress(OSError):
+                    directory.rmdir()
 
 
 def _check_nodes(probes: Path, token: str) -> None:
@@ -165,9 +160,12 @@ def _read_token(path: Path, token: str) -> str | None:
 
 
 def _cannot(node: dict, verb: str, probes: Path, why: str) -> ConfigError:
-    where = f"{node.get('NodeManagerAddress', '?')}/{node['NodeID'][:8]}"
-    return ConfigError("--out", f"node {where} cannot {verb} {probes.parent} ({why}): trial outputs must be on storage "
-                                "every node and the driver share (docs/CLUSTER.md)")
+    return ConfigError("--out", f"node {_where(node)} cannot {verb} {probes.parent} ({why}): trial outputs must be on "
+                                "storage every node and the driver share (docs/CLUSTER.md)")
+
+
+def _where(node: dict) -> str:
+    return f"{node.get('NodeManagerAddress', '?')}/{node['NodeID'][:8]}"
 
 
 def _node_file(node: dict) -> str:
@@ -181,10 +179,3 @@ def _missing_ancestors(path: Path) -> list[Path]:
         missing.append(path)
         path = path.parent
     return missing
-
-
-def _rmdir_if_empty(directory: Path) -> None:
-    try:
-        directory.rmdir()
-    except OSError:
-        pass

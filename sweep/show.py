@@ -19,8 +19,11 @@ def text(out: OutDir) -> str:
     source = out.local / "config.yaml"
     if not source.exists():
         raise ConfigError("DIR", f"{out} has no config.yaml: not the output of headsweep {kind}, or written by hand")
-    if kind == "train":
-        return train_summary(out)
+    if kind == "train":  # `headsweep train`'s line: the task's headline metrics, status and steps
+        if not (out.local / "result.json").exists():
+            raise ConfigError("DIR", f"{out} is a training that has not finished (no result.json): run it again")
+        metrics, cfg = read_json(out.local / "result.json"), config.load(source, [])
+        return f"{line(metrics, view_of(task_of(cfg)).headline)}  [{out}]"
     if kind == "grid":
         from sweep import grid, space
 
@@ -38,16 +41,6 @@ def text(out: OutDir) -> str:
         raise ConfigError("DIR", f"{out} is a search whose driver never wrote {table_file.name} (still running, or "
                                  "killed before it could): run the same search again to resume it")
     return search_verb.summary(base, search, pd.read_csv(table_file), out)
-
-
-def train_summary(out: OutDir) -> str:
-    """`headsweep train`'s line: the task's headline metrics, status and steps, from result.json."""
-    path = out.local / "result.json"
-    if not path.exists():
-        raise ConfigError("DIR", f"{out} is a training that has not finished (no result.json): run it again")
-    metrics = read_json(path)
-    cfg = config.load(out.local / "config.yaml", [])
-    return f"{line(metrics, view_of(task_of(cfg)).headline)}  [{out}]"
 
 
 def line(metrics: dict, headline: tuple[str, ...]) -> str:

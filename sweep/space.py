@@ -107,15 +107,14 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
     """Every combination of axis values that meets the constraints, times the seeds; each one validated."""
     if not sweep.axes:
         raise ConfigError("sweep.axes", "name at least one axis (key plus values or range)")
-    keys, value_lists = [], []
+    value_lists = []
     for i, axis in enumerate(sweep.axes):
-        values = axis_values(axis, f"sweep.axes[{i}]")
+        value_lists.append(axis_values(axis, f"sweep.axes[{i}]"))
         if axis.key == "seed":
             raise ConfigError(f"sweep.axes[{i}].key", "seeds are swept by sweep.seeds")
         if config.select(base, axis.key) is config.MISSING:
             raise ConfigError(f"sweep.axes[{i}].key", f"{axis.key} is not a key of the trial config")
-        keys.append(axis.key)
-        value_lists.append(values)
+    keys = [axis.key for axis in sweep.axes]
     checks = [parse_constraint(c, keys, f"sweep.constraints[{i}]") for i, c in enumerate(sweep.constraints)]
     if not sweep.seeds or len(set(sweep.seeds)) != len(sweep.seeds):
         raise ConfigError("sweep.seeds", "needs at least one seed, each once")
@@ -129,11 +128,16 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
         raise ConfigError("sweep.constraints", "no point of the axes satisfies every constraint")
     base_dict = config.to_dict(base)
     for point in result:
-        try:
-            config.with_point(base_dict, point, check_device=False)
-        except ConfigError as e:
-            raise ConfigError(e.key, f"{e.reason} (at sweep point {point_id(point)})") from None
+        config_at(base_dict, point, "sweep point ")
     return result
+
+
+def config_at(base_dict: dict, point: dict[str, Any], what: str = "") -> config.Config:
+    """The config of a point (its device not checked); a ConfigError says at which point ("at " + `what` + its id)."""
+    try:
+        return config.with_point(base_dict, point, check_device=False)
+    except ConfigError as e:
+        raise ConfigError(e.key, f"{e.reason} (at {what}{point_id(point)})") from None
 
 
 def verdict_rule(base: config.Config, sweep: SweepConfig):

@@ -27,8 +27,8 @@ EXPERIMENT = "grid"
 PLAN_FILE = "grid_plan.json"  # trial id -> its members, as the grid first planned them
 
 
-def grid_plan(base: config.Config, section, points: list[dict], out: OutDir, job_type: str = "grid",
-              verdict: Callable[[dict], dict | None] = lambda point: None) -> dict[str, list[dict]]:
+def grid_plan(base: config.Config, section, points: list[dict], out: OutDir,
+              verdict: Callable[[dict], dict | None]) -> dict[str, list[dict]]:
     """The grid's Tune trials (trial id -> members, each with its `verdict` rule if any), writing nothing: the plan
     kept beside a resumable experiment, so a resumed grid finds the same trials even where `pack: 0` would now choose
     differently (another cluster), else a new plan (which raises ConfigError for a population that cannot fit). Ray
@@ -36,13 +36,13 @@ def grid_plan(base: config.Config, section, points: list[dict], out: OutDir, job
     plan_file = out.local / "ray" / PLAN_FILE
     if tune.Tuner.can_restore(_experiment(out), storage_filesystem=out.filesystem) and plan_file.exists():
         return read_json(plan_file)
-    everyone = packing.members(points, out, job_type, verdict)
+    everyone = packing.members(points, out, "grid", verdict)
     pack = packing.members_per_pack(section, len(everyone), cluster.slots(section.resources, section.max_concurrent))
     return packing.plan(_base_dict(base, section), everyone, pack, section.resources.gpu, cluster.largest_memory())
 
 
 def run(base: config.Config, section, packs: dict[str, list[dict]], out: OutDir,
-        summary: Callable[[], str] = lambda: "") -> dict[str, str]:
+        summary: Callable[[], str]) -> dict[str, str]:
     """Train the planned packs (grid_plan: pack id -> its members), each a Tune trial, in one Tune run, resuming the
     experiment out/ray/grid if there is one. Returns the error of every point whose pack failed for good, by point id.
 
@@ -70,9 +70,8 @@ def run(base: config.Config, section, packs: dict[str, list[dict]], out: OutDir,
     return {point_id(m["point"]): failed[pack] for pack, chunk in packs.items() if pack in failed for m in chunk}
 
 
-def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: OutDir,
-               summary: Callable[[], str] = lambda: "", job_type: str = "search",
-               verdict: Callable[[dict], dict | None] = lambda point: None, group_size: int = 1) -> None:
+def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: OutDir, summary: Callable[[], str],
+               verdict: Callable[[dict], dict | None], group_size: int) -> None:
     """Train what `rounds` yields, round after round, in one Tune run: each round's points become trials (packed as
     run() packs them, each member with its `verdict` rule if any, a candidate's `group_size` seeds in one trial
     where the packing allows), and the generator is resumed (to tell, then ask the next round) only once all of them
@@ -83,7 +82,7 @@ def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: 
 
     def pack(points: list[dict]) -> dict[str, list[dict]]:  # asked each round: nodes may have joined or left
         slots = cluster.slots(section.resources, section.max_concurrent)
-        return packing.plan(base_dict, packing.members(points, out, job_type, verdict),
+        return packing.plan(base_dict, packing.members(points, out, "search", verdict),
                             packing.members_per_pack(section, len(points), slots, group_size),
                             section.resources.gpu, cluster.largest_memory(), "search.pack")
 
@@ -187,11 +186,8 @@ def _run_config(section, out: OutDir, name: str, view: ProgressView) -> tune.Run
 
 def _errors(grid: tune.ResultGrid) -> dict[str, str]:
     """trial id -> the last line of the error of every Tune trial that ended in error."""
-    found = {}
-    for result in grid:
-        if result.error is not None:
-            found[result.config["trial"]] = (str(result.error).strip().splitlines() or ["error"])[-1][:500]
-    return found
+    return {result.config["trial"]: (str(result.error).strip().splitlines() or ["error"])[-1][:500]
+            for result in grid if result.error is not None}
 
 
 def _trial_name(trial) -> str:

@@ -101,8 +101,7 @@ def summary(base: config.Config, search: SearchConfig, table: pd.DataFrame, out:
                  "seeds were trained at ('beyond': no value tried rules out 'none')"
                  if not samplers.kind(search).judged_by_candidate
                  else f"K*: the {search.sampler} sampler's m-of-n answer (the same seeds at every value: no interval)"]
-        extend_line = tables.extend_note(table)
-        if extend_line:
+        if extend_line := tables.extend_note(table):
             lines.append(extend_line)
     lines.append(f"[{out}/{'best.csv' if search.tpe.minimize else 'min_diversity.csv'}, {out}/report.html]"
                  + (f" (local copy: {out.local})" if out.mirror else ""))

@@ -49,18 +49,17 @@ def seeds_asked(trials: list[FrozenTrial]) -> int:
                if t.state in (TrialState.COMPLETE, TrialState.RUNNING))
 
 
-def boundary(values: list[int], verdicts: dict[int, bool]) -> tuple[int, int] | None:
-    """(lo, hi) indices: hi the smallest evaluated success with no evaluated failure above it, lo the largest
-    evaluated failure below hi (-1 if none). None while no such success exists."""
-    hi = None
+def boundary(values: list[int], verdicts: dict[int, bool]) -> tuple[int, int]:
+    """(lo, hi) indices: hi the smallest evaluated success with no evaluated failure above it (len(values) while no
+    such success exists: a virtual success just past the top), lo the largest evaluated failure below hi (-1 if
+    none)."""
+    hi = len(values)
     for i in reversed(range(len(values))):
         verdict = verdicts.get(values[i])
         if verdict is False:
             break
         if verdict:
             hi = i
-    if hi is None:
-        return None
     lo = max((i for i in range(hi) if verdicts.get(values[i]) is False), default=-1)
     return lo, hi
 
@@ -76,12 +75,7 @@ def next_value(values: list[int], pooled: dict[int, Evidence], min_rate: float, 
     At convergence the success side is re-checked with fresh seeds (a lucky success would understate the diversity
     needed), the failure side only when its seeds disagreed.
     """
-    verdicts = {v: e.succeeds(min_rate) for v, e in pooled.items()}
-    span = boundary(values, verdicts)
-    if span is None:
-        lo = max((i for i, v in enumerate(values) if verdicts.get(v) is False), default=-1)
-        span = (lo, len(values))
-    lo, hi = span
+    lo, hi = boundary(values, {v: e.succeeds(min_rate) for v, e in pooled.items()})
     if hi - lo > 1:
         return values[_probe(values, lo, hi, predicted or {})]
     if hi < len(values) and pooled[values[hi]].evaluations <= rechecks:
@@ -108,5 +102,5 @@ def _probe(values: list[int], lo: int, hi: int, predicted: dict[int, bool]) -> i
 
 def minimal_value(values: list[int], pooled: dict[int, Evidence], min_rate: float) -> int | None:
     """diversity*: the smallest evaluated value that succeeds with every evaluated larger value succeeding."""
-    span = boundary(values, {v: e.succeeds(min_rate) for v, e in pooled.items()})
-    return values[span[1]] if span else None
+    _, hi = boundary(values, {v: e.succeeds(min_rate) for v, e in pooled.items()})
+    return values[hi] if hi < len(values) else None

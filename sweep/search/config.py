@@ -105,6 +105,11 @@ class SearchConfig(RunConfig):
         """The keys the search sets per slice and candidate: the names a constraint may use."""
         return [a.key for a in self.slices] + [self.knob.key] + [n for p in self.tpe.params for n in p.names()]
 
+    def constraint_checks(self) -> list:
+        """search.constraints as checks of a point (space.parse_constraint: a misspelt key is refused)."""
+        return [parse_constraint(text, self.swept_keys(), f"search.constraints[{i}]")
+                for i, text in enumerate(self.constraints)]
+
     def as_flat_keys(self) -> dict:
         """The section as a plain dict laid out as before each sampler had its subsection (MOVED_KEYS): how
         config.yaml was written then, in its order."""
@@ -127,8 +132,7 @@ def load_search(path, overrides) -> tuple[config.Config, SearchConfig]:
     success.direction = success.direction or (task_direction if success.metric == task.success_metric else ">=")
     narrowing = _narrowed(base, search)
     _require_valid(base, search)
-    for i, text in enumerate(search.constraints):  # a key misspelt: refused here, with the key it meant
-        parse_constraint(text, search.swept_keys(), f"search.constraints[{i}]")
+    search.constraint_checks()  # a key misspelt: refused here, with the key it meant
     for line in narrowing:  # once the search is known to be valid: an error is the one line
         note(line)
     return base, search
@@ -163,8 +167,7 @@ def _narrowed(base: config.Config, search: SearchConfig) -> list[str]:
         fixed = {token: value for token in _IDENTIFIER.findall(text) if token not in swept and token in keys
                  and isinstance(value := config.select(base, token), (int, float)) and not isinstance(value, bool)}
         if fixed:
-            search.constraints[i] = _IDENTIFIER.sub(lambda m: str(fixed[m.group(0)]) if m.group(0) in fixed
-                                                    else m.group(0), text)
+            search.constraints[i] = _IDENTIFIER.sub(lambda m: str(fixed.get(m.group(0), m.group(0))), text)
             lines.append(f"search.constraints[{i}]: "
                          f"{', '.join(f'{k} is not swept, read as {v}' for k, v in fixed.items())} "
                          f"({search.constraints[i]!r})")
@@ -221,8 +224,8 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
         ("search.threshold.resolution", search.threshold.resolution > 0,
          f"must be > 0 (knob steps), got {search.threshold.resolution}"),
         ("search.budget.trainings", search.budget.trainings >= 1, f"must be >= 1, got {search.budget.trainings}"),
-        ("search.success.seeds", sampler.judged_by_candidate or (success.seeds, success.min_seeds) == (default.seeds,
-                                                                                        default.min_seeds),
+        ("search.success.seeds",
+         sampler.judged_by_candidate or (success.seeds, success.min_seeds) == (default.seeds, default.min_seeds),
          "are for the bisection, exhaustive and tpe samplers; the threshold sampler draws seeds seed, seed + 1, ... "
          "(search.threshold.batch per evaluation): drop seeds and min_seeds, or set search.sampler=bisection"),
         ("search.success.direction", success.direction in (">=", "<="), "must be >= or <="),

@@ -51,14 +51,10 @@ class Estimate:
     m: int  # how many knob values
     contradicted: bool = False  # seeds showed p >= q at or below a value shown p < q: one crossing does not hold
 
-    def width(self) -> int:
-        """high - low in knob steps, "none" counting as one step past the widest value."""
-        return self.high - self.low
-
     def settled(self, resolution: float) -> bool:
         """Every value up to the widest is ruled out (the answer is "none"), or the interval is closed and at most
         `resolution` knob steps wide."""
-        return self.low == self.m or (self.high < self.m and self.width() <= resolution)
+        return self.low == self.m or (self.high < self.m and self.high - self.low <= resolution)
 
 
 @dataclass

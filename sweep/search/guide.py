@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sweep.search import bisection, samplers
+from sweep.search import samplers
 from trainables.errors import ConfigError
 from trainables.tasks import task_of
 
@@ -69,10 +69,3 @@ def check(guide: GuideConfig, slice_keys: list[str], base) -> None:
     if not guide.across or not set(guide.across) <= set(slice_keys):
         raise ConfigError("search.guide.across", f"must name one or more slice keys ({', '.join(slice_keys)}); "
                                                  "search.guide.metric= (empty) turns the guide off")
-
-
-def evidence_before(study, key: str, round_index: int) -> dict[int, bisection.Evidence]:
-    """A study's pooled evidence from trials asked in rounds before `round_index` (what it had when that round
-    began in an uninterrupted run)."""
-    trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("round", 0) < round_index]
-    return bisection.evidence(trials, key)

@@ -21,9 +21,9 @@ from optuna.trial import TrialState
 
 from sweep import tuner
 from sweep.storage.out_dir import OutDir
-from sweep.search import guide, owners, samplers
+from sweep.search import bisection, guide, owners, samplers
 from sweep.search.config import SearchConfig
-from sweep.search.studies import Slice, constraint_checks, holds
+from sweep.search.studies import Slice, holds
 from sweep.space import point_id, read_error, read_result
 from sweep.verdicts import rule_per_point
 from trainables import config
@@ -101,7 +101,7 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
     budgets = {name: sampler.budget(trials(name), extend) for name, sampler in chooser.items()}
     predicted: dict[str, dict] = {}  # study -> the verdicts the guide predicts for its knob values this round
     wants_more = lambda name: chooser[name].next(trials(name), budgets[name], predicted.get(name)) is not None
-    checks, base_dict = constraint_checks(search), config.to_dict(base)
+    checks, base_dict = search.constraint_checks(), config.to_dict(base)
     pending_references = [p for p in reference_points(all_slices, search, base.seed) if read_result(p, out) is None]
     round_index = latest_round(studies)
     interrupted = interrupted_round(out, studies) if guide.active(search) else None
@@ -185,9 +185,9 @@ def interrupted_round(out: Path, studies: dict) -> tuple[int, list[str]] | None:
     missing, a zombie, or one that gave way to another driver's); None if it finished. With several drivers the plan
     is the last one any of them wrote: a driver killed mid-round may be caught up in a later round instead, which
     changes where the search probes, never its answer."""
-    plan = read_json(out / ROUND_PLAN)
-    if plan is None:
+    if (plan := read_json(out / ROUND_PLAN)) is None:
         return None
+
     def told(study) -> bool:
         zombies = owners.zombies(study)
         return any(t.user_attrs.get("round") == plan["round"] and t.number not in zombies
@@ -204,8 +204,8 @@ def steer(all_slices: list[Slice], studies: dict, search: SearchConfig, round_in
     earlier rounds only (so the same round, re-run after a kill, is steered the same way); {} without one."""
     if not guide.active(search):
         return {}
-    knob = search.knob.key
-    pooled = {sl.study_name: guide.evidence_before(studies[sl.study_name], knob, round_index) for sl in all_slices}
+    earlier = lambda study: [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("round", 0) < round_index]
+    pooled = {sl.study_name: bisection.evidence(earlier(studies[sl.study_name]), search.knob.key) for sl in all_slices}
     predicted = {}
     for sl in all_slices:
         others = [(pooled[o.study_name], o.measures) for o in all_slices
@@ -235,8 +235,7 @@ def ask(study: optuna.Study, sl: Slice, sampler: samplers.Sampler, chosen: dict,
     driver asked in this study at the same moment and goes ahead (told FAIL with lost_to; never trained)."""
     trial, in_flight = owners.ask(study, sl.distributions(search.knob.key), chosen)
     trial.set_user_attr("round", round_index)
-    winner = owners.lost_to(in_flight)
-    if winner is not None:
+    if (winner := owners.lost_to(in_flight)) is not None:
         trial.set_user_attr(owners.LOST_TO, winner.number)
         study.tell(trial, state=TrialState.FAIL)
         return None
@@ -285,14 +284,9 @@ def tell(study, trial, points: list[dict], search: SearchConfig, out: Path) -> N
     if not search.tpe.minimize:
         study.tell(trial, float(trial.params[search.knob.key]))
         return
-    objective = [_metric(r, search.tpe.minimize) for r in results]
-    if not all(math.isfinite(v) for v in objective):
+    objective = [r.get(search.tpe.minimize) for r in results]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in objective):
         trial.set_user_attr("failed_because", f"{search.tpe.minimize} is missing or not finite in a result")
         study.tell(trial, state=TrialState.FAIL)
         return
     study.tell(trial, sum(objective) / len(objective))
-
-
-def _metric(result: dict, name: str) -> float:
-    value = result.get(name)
-    return value if isinstance(value, (int, float)) and not math.isnan(value) else -math.inf

@@ -39,6 +39,8 @@ from functools import cache
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from sweep.storage.scratch import process_alive
+
 DRIVER = "driver"  # user attr: {host, boot, pid, started} of the driver that asked the trial
 HEARTBEAT = "heartbeat"  # user attr: when (epoch seconds) the driver last said it is alive
 LOST_TO = "lost_to"  # user attr of a failed trial: the number of the earlier trial that went ahead instead
@@ -69,15 +71,8 @@ def _start_ticks(pid: int) -> int | None:
             return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22; the name before ')' may hold spaces
     except FileNotFoundError:
         return None
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:  # another user's process
-        pass
-    return 0
+    except OSError:  # no /proc
+        return 0 if process_alive(pid) else None
 
 
 def driver(pid: int | None = None) -> dict:

@@ -19,7 +19,7 @@ import sqlalchemy
 from sweep.search import guide, owners, samplers
 from sweep.search.config import SearchConfig
 from sweep.search.samplers import ParamConfig
-from sweep.space import axis_values, parse_constraint, point_id
+from sweep.space import axis_values, config_at, point_id
 from trainables import config
 from trainables.errors import ConfigError
 from trainables.tasks import task_of
@@ -62,14 +62,9 @@ def _clean(value):
 
 def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list[Slice]:
     """Every slice with its valid knob values; each (slice, value, seed) config is validated here, before any run."""
-    keys = [axis.key for axis in search.slices]
-    for i, axis in enumerate(search.slices):
-        if config.select(base, axis.key) is config.MISSING:
-            raise ConfigError(f"search.slices[{i}].key", f"{axis.key} is not a key of the training config")
+    keys = [axis.key for axis in search.slices]  # each a key of the training config (load_search)
     value_lists = [axis_values(axis, f"search.slices[{i}]") for i, axis in enumerate(search.slices)]
-    knob = search.knob.key
-    checks = constraint_checks(search)
-    base_dict = config.to_dict(base)
+    knob, checks, base_dict = search.knob.key, search.constraint_checks(), config.to_dict(base)
     result = []
     for combo in itertools.product(*value_lists):
         point = dict(zip(keys, combo))
@@ -82,11 +77,11 @@ def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list
         measures = {}
         if not params:  # with params, a member's config is known only once they are drawn: checked then
             for v in values:
-                cfg = _check_point(base_dict, point | {knob: v})
+                cfg = config_at(base_dict, point | {knob: v})
                 if guide.active(search):
                     measures[v] = task_of(cfg).diversity(cfg.task)[search.guide.metric]
         if search.reference:
-            _check_point(base_dict, point | search.reference)
+            config_at(base_dict, point | search.reference)
         result.append(Slice(point, values, name, params, measures))
     return result
 
@@ -95,21 +90,14 @@ def unreachable_note(search: SearchConfig, all_slices: list[Slice]) -> str | Non
     """The line saying which knob values the constraints rule out in every slice (e.g. a knob.high no slice can
     reach), which would otherwise narrow the search without a word; None when every value is searched somewhere.
     (Said once the search is known to start: a later refusal stays the one line on stderr.)"""
-    if not search.knob.key:
-        return None
     candidates = search.knob.values or range(search.knob.low, search.knob.high + 1)
-    dropped = [v for v in candidates if not any(v in sl.values for sl in all_slices)]
+    dropped = [v for v in candidates if not any(v in sl.values for sl in all_slices)] if search.knob.key else []
     if not dropped:
         return None
     contiguous = not search.knob.values and dropped[-1] - dropped[0] == len(dropped) - 1 and len(dropped) > 2
     shown = f"{dropped[0]}..{dropped[-1]}" if contiguous else ", ".join(map(str, dropped[:6])) + (
         ", ..." if len(dropped) > 6 else "")
     return f"search.knob: {search.knob.key} = {shown} breaks search.constraints in every slice: not searched"
-
-
-def constraint_checks(search: SearchConfig) -> list:
-    return [parse_constraint(c, search.swept_keys(), f"search.constraints[{i}]")
-            for i, c in enumerate(search.constraints)]
 
 
 def holds(checks: list, point: dict) -> bool:
@@ -121,13 +109,6 @@ def holds(checks: list, point: dict) -> bool:
         except KeyError:
             continue
     return True
-
-
-def _check_point(base_dict: dict, point: dict) -> config.Config:
-    try:
-        return config.with_point(base_dict, point, check_device=False)
-    except ConfigError as e:
-        raise ConfigError(e.key, f"{e.reason} (at {point_id(point)})") from None
 
 
 JOURNAL = "study.journal"  # the default storage, in the output directory

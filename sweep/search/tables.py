@@ -60,8 +60,7 @@ def member_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, ou
                     "study": sl.study_name, **point,
                     "candidate": candidate[search.knob.key] if search.knob.key else point_id(candidate),
                     "member": member, "state": "STOPPED" if trial.number in stopped else trial.state.name,
-                    "optuna_trial": trial.number,
-                    "feasible": feasible} | result
+                    "optuna_trial": trial.number, "feasible": feasible} | result
     return pd.DataFrame(rows.values())
 
 
@@ -107,14 +106,13 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
         if not rising and np.isnan(ends[1]):
             ends = [np.nan, ends[0]]
         tried = np.flatnonzero(trained)
-        widest = curve[tried[-1]] if len(tried) else None
+        widest = curve[tried[-1]] if len(tried) else estimate.CurvePoint(0, 0, np.nan, np.nan, np.nan)
         done = sampler.finished(trials, fit)
         row = sl.point | {
             "diversity_star": value(fit.star), "diversity_star_low": value(fit.low),
             "diversity_star_high": value(fit.high), axis: measure(fit.star), f"{axis}_low": ends[0],
             f"{axis}_high": ends[1], "widest_tried": sl.values[tried[-1]] if len(tried) else None,
-            "p_at_widest": widest.p if widest else np.nan, "p_at_widest_low": widest.p_low if widest else np.nan,
-            "p_at_widest_high": widest.p_high if widest else np.nan,
+            "p_at_widest": widest.p, "p_at_widest_low": widest.p_low, "p_at_widest_high": widest.p_high,
             "seeds": int(trained.sum()), "finished": done, "stopped": stop_reason(fit, passed, trained, search, done),
             "to_settle": 0 if fit.settled(search.threshold.resolution) else estimate.seeds_to_settle(
                 fit, passed, trained, success.rate, success.confidence)}

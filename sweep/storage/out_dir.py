@@ -34,10 +34,6 @@ def _not_mirrored(path: PurePosixPath) -> bool:
     return (path.parts[0] == "ray" and len(path.parts) > 2) or "wandb" in path.parts or path.name == STATE_FILE
 
 
-def _trials_files(path: PurePosixPath) -> bool:
-    return path.parts[0] == TRIALS
-
-
 def _local_copy(bucket: buckets.Bucket) -> Path:
     """This driver's own copy of the bucket's place: the one a driver that is gone left here (what is still current
     in it is not pulled again), else a new one. Never shared: two drivers of one place on one machine (a search's)
@@ -94,7 +90,7 @@ class OutDir:
     def sync(self) -> None:
         """Push what the driver wrote, then pull the trials' files (a no-op for a directory)."""
         if self.mirror:
-            self.mirror.push(skip=_trials_files)
+            self.mirror.push(skip=lambda path: path.parts[0] == TRIALS)  # the trials push their own
             self.pull_members()
 
     def pull_members(self, every_s: float = 0.0) -> None:

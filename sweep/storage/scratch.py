@@ -55,7 +55,7 @@ def remove_leftovers(parent: Path | None = None) -> None:
 def _left_by_processes_gone(parent: Path) -> list[Path]:
     owned = re.compile(rf"{SCRATCH}-(\d+)-{HOST_TAG}-")
     return [path for path in (parent.iterdir() if parent.is_dir() else [])
-            if (match := owned.match(path.name)) and not _alive(int(match[1]))
+            if (match := owned.match(path.name)) and not process_alive(int(match[1]))
             and path.is_dir() and not path.is_symlink()]  # a symlink is never followed, taken or removed
 
 
@@ -68,7 +68,8 @@ def _claim(path: Path) -> Path | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of this pid exists on this host (another user's too)."""
     try:
         os.kill(pid, 0)  # signal 0: sends nothing, only checks that the process exists
     except ProcessLookupError:

@@ -140,7 +140,7 @@ def test_of_two_simultaneous_asks_of_one_candidate_the_earlier_goes_ahead(storag
 def test_the_loop_fails_the_trial_that_gives_way_and_trains_nothing(storage, peer, tmp_path):
     base, search, sl, study = open_one(storage)
     ask_as(study, sl, peer)  # the peer asked a moment before us
-    checks, base_dict = search_studies.constraint_checks(search), search_studies.config.to_dict(base)
+    checks, base_dict = search.constraint_checks(), search_studies.config.to_dict(base)
     sampler = samplers.for_slice(search, sl.values)
     chosen = sampler.next(study.get_trials(), sampler.per_slice)
     assert loop.ask(study, sl, sampler, chosen, sampler.per_slice, search, checks, base_dict, round_index=1) is None

@@ -21,7 +21,8 @@ from trainables import config
 from trainables.models import one_step
 from trainables.models.one_step import OneHotOneStepModel
 from trainables.tasks.trigger_copy import TASK
-from trainables.population import Stack, stack_batches
+from trainables.population import Stack
+from trainables.tasks import stack_batches
 from trainables.train import init_state, train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

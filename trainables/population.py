@@ -186,15 +186,6 @@ class Batches:
         return batch
 
 
-def stack_batches(batches: list[Batch]) -> Batch:
-    """Members' batches padded to the widest and stacked along a leading member dimension (their info left out)."""
-    width = max(b.tokens.shape[1] for b in batches)
-    padded = [b.padded(width) for b in batches]
-    stack = lambda name: None if getattr(padded[0], name) is None else torch.stack([getattr(b, name) for b in padded])
-    return Batch(stack("tokens"), stack("targets"), stack("loss_mask"), stack("labels"), stack("query"),
-                 inputs=stack("inputs"))
-
-
 def compile_mode(cfg) -> str | None:
     """How a member's training step is torch.compile'd (`optim.compile`; models trained by `optim` only): None (not
     at all), "default" or "reduce-overhead" (CUDA graphs)."""

@@ -90,8 +90,10 @@ def unreachable_note(search: SearchConfig, all_slices: list[Slice]) -> str | Non
     """The line saying which knob values the constraints rule out in every slice (e.g. a knob.high no slice can
     reach), which would otherwise narrow the search without a word; None when every value is searched somewhere.
     (Said once the search is known to start: a later refusal stays the one line on stderr.)"""
+    if not search.knob.key:
+        return None
     candidates = search.knob.values or range(search.knob.low, search.knob.high + 1)
-    dropped = [v for v in candidates if not any(v in sl.values for sl in all_slices)] if search.knob.key else []
+    dropped = [v for v in candidates if not any(v in sl.values for sl in all_slices)]
     if not dropped:
         return None
     contiguous = not search.knob.values and dropped[-1] - dropped[0] == len(dropped) - 1 and len(dropped) > 2

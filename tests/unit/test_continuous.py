@@ -10,7 +10,7 @@ from tests.plugins.running_mean import RunningMean, RunningMeanConfig
 from tests.unit.test_population import check_against_alone
 from trainables import config, dry_run, memory
 from trainables.errors import ConfigError
-from trainables.population import stack_batches
+from trainables.tasks import stack_batches
 from trainables.tasks import PAD_LABEL, Batch
 from trainables.train import train
 

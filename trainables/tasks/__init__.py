@@ -126,6 +126,15 @@ class Batch:
         return self.targets[self.loss_mask]
 
 
+def stack_batches(batches: list[Batch]) -> Batch:
+    """Members' batches padded to the widest and stacked along a leading member dimension (their info left out)."""
+    width = max(b.tokens.shape[1] for b in batches)
+    padded = [b.padded(width) for b in batches]
+    stack = lambda name: None if getattr(padded[0], name) is None else torch.stack([getattr(b, name) for b in padded])
+    return Batch(stack("tokens"), stack("targets"), stack("loss_mask"), stack("labels"), stack("query"),
+                 inputs=stack("inputs"))
+
+
 class Task:
     """What a task must say about itself: the public API of a task plugin (docs/EXTENDING.md, whose table lists
     what a plugin must define and what it may).

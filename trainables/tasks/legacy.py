@@ -19,9 +19,8 @@ import warnings
 
 import torch
 
-from trainables.population import stack_batches
 from trainables.streams import GeneratorDraws
-from trainables.tasks import Batch, Task
+from trainables.tasks import Batch, Task, stack_batches
 
 # What a Task class said about how it is shown, before views.
 PRESENTATION = ("headline", "table_columns", "dashboard", "curve_metrics", "short_names", "diversity_label",

@@ -449,7 +449,7 @@ def thresholds_against_theory(points: pd.DataFrame, metric: str) -> Figure:
         if len(bounds):
             ax.scatter(nudge(x[bounds.index], shift), bounds, marker="v", s=40, facecolors="none", edgecolors=colour,
                        label=f"{name}: no threshold in {len(bounds)} of {len(rows)} slices, a bound on it"
-                             + (" (%: its seeds at the widest value that fitted the training data)"
+                             + ("\n(%: its seeds at the widest value that fitted the training data)"
                                 if "fitted_at_widest" in rows else ""))
             for row, bound in bounds.items():
                 fitted = rows["fitted_at_widest"][row] if "fitted_at_widest" in rows else np.nan

@@ -99,6 +99,7 @@ class Sampler:
 
     @classmethod
     def for_slice(cls, search: SearchConfig, values: list, params: list) -> Sampler:
+        """The sampler of a slice with these knob values and search.tpe.params (those that apply to it)."""
         success = search.success
         return cls(search.knob.key, values, success.min_seeds / len(success.seeds), search.budget.per_slice,
                    success.seeds)
@@ -184,7 +185,8 @@ class Tpe(Sampler):
     @classmethod
     def for_slice(cls, search: SearchConfig, values: list, params: list) -> Tpe:
         plain = Sampler.for_slice(search, values, params)
-        return cls(**vars(plain), seed=search.tpe.seed, several=bool(params), per_round=search.per_round)
+        return cls(plain.key, values, plain.min_rate, plain.per_slice, plain.seeds_each, search.tpe.seed,
+                   bool(params), search.per_round)
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
         # Settings pinned (Optuna 5 changed its defaults): success enters as a constraint, set per trial; several

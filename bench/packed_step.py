@@ -118,9 +118,13 @@ def main() -> None:
               f"S = {args.steps}")
         results = {}
         for label, tree in trees.items():  # each in its own process: the revision's own modules
+            # The tree first, then what PYTHONPATH held (on a GPU machine, the pure-Python wheels' folder).
+            path = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
             child = subprocess.run([sys.executable, __file__, "--measure", str(tree), "--steps", str(args.steps),
                                     "--device", args.device], capture_output=True, text=True,
-                                   env=os.environ | {"PYTHONPATH": str(tree)}, check=True)
+                                   env=os.environ | {"PYTHONPATH": path})
+            if child.returncode:
+                sys.exit(f"measuring {label} failed:\n{child.stderr[-3000:]}")
             results[label] = json.loads(child.stdout.strip().splitlines()[-1])
             report(label, results[label])
     mine = results["this checkout"]

@@ -188,9 +188,12 @@ def _run_from_python():
     each (a red wall in a notebook cell); from Python a failed member is a row of `.failed` with its error, and the
     traceback is kept in its Tune trial's error.txt under out/ray/, so Tune logs none. The CLI keeps Tune's lines (a
     job's log). A value the user set is kept. Stopped from Python (Ctrl-C, a notebook's stop button), it prints its
-    table so far, as the CLI does, before its KeyboardInterrupt goes on."""
+    table so far, as the CLI does, before its KeyboardInterrupt goes on. A local Ray it starts stays up for the
+    process's next grid or search (sweep/cluster.py)."""
+    from sweep import cluster
     from sweep.stopping import Stopped
 
+    cluster.keep_local_between_runs()  # a notebook's next grid or search starts no Ray
     quiet = TRIAL_ERRORS_VAR not in os.environ
     if quiet:
         os.environ[TRIAL_ERRORS_VAR] = "0"  # read by each Tune run as it starts

@@ -3,6 +3,8 @@ offers (slots for a trial's resources, the largest node's memory); leaving it.
 
 Ray starts in-process on this machine unless an address is given (`--address`, or RAY_ADDRESS as set by
 `ray job submit`); a local Ray serves this process alone: its servers listen on 127.0.0.1 only, with token auth on.
+A command leaves its Ray when it ends; the Python API keeps a local Ray it started for the process's next grid or
+search (`keep_local_between_runs`), as a notebook user who called `ray.init()` once would.
 """
 from __future__ import annotations
 
@@ -22,6 +24,18 @@ from trainables.errors import ConfigError
 T = TypeVar("T")
 
 LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's node IP is 127.0.0.1 (docs/CLUSTER.md)
+# Whether a local Ray this process starts stays up after a run that ended normally (set by the Python API), and
+# whether the Ray now connected is such a kept one. Stopping a Ray costs a few seconds and starting one 4-14 s on 2
+# cores: a notebook's every cell paid both. A stopped or crashed run still leaves Ray (trials may be running).
+_keep_local = False
+_kept = False
+
+
+def keep_local_between_runs() -> None:
+    """From now on, keep a local Ray this process starts for its next grid or search; it ends with the process (Ray's
+    own exit hook) or `ray.shutdown()`."""
+    global _keep_local
+    _keep_local = True
 
 
 def connect(address: str | None) -> None:
@@ -34,12 +48,16 @@ def connect(address: str | None) -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # Snapshots after each checkpoint are what makes a killed grid resumable; Tune's warning about them is noise.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    global _kept
     if ray.is_initialized():
-        return
+        if not (_kept and address):
+            return  # the Ray this process is connected to: the kept local one, or one the user's code joined
+        leave()  # a kept local Ray, but this run is for a cluster
     if address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     else:
         _start_local()
+        _kept = _keep_local
     stopping.on_sigterm()  # ray.init set Ray's handler, which exits at once
 
 
@@ -47,7 +65,15 @@ def leave() -> None:
     """Leave Ray now, stopping a local one and every trial it still runs (their worker processes are gone once this
     returns: measured). What a stopped grid or search does before it writes its tables: a trial that finished while
     Ray stopped beside the writing was on disk but missing from the table the driver printed."""
+    global _kept
+    _kept = False
     ray.shutdown()
+
+
+def finish(work: Callable[[], T]) -> T:
+    """After a run that ended normally (every trial done): `work` (its tables and report), leaving Ray beside it
+    (disconnect_while), or with Ray left up where this process keeps its local Ray for the next run."""
+    return work() if _kept else disconnect_while(work)
 
 
 def disconnect_while(work: Callable[[], T]) -> T:
@@ -64,6 +90,8 @@ def disconnect_while(work: Callable[[], T]) -> T:
         except BaseException as error:  # raised again in this thread
             outcome["error"] = error
 
+    global _kept
+    _kept = False
     collecting = gc.isenabled()
     gc.disable()
     worker = threading.Thread(target=run, name="results-and-report")

@@ -48,7 +48,7 @@ def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_a
     except BaseException:  # a crash: what finished is in results.csv and the report all the same
         cluster.disconnect_while(lambda: write_results(out, points, errors))
         raise
-    return out, cluster.disconnect_while(lambda: write_results(out, points, errors))
+    return out, cluster.finish(lambda: write_results(out, points, errors))
 
 
 def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, out: OutDir,

@@ -69,7 +69,7 @@ def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: s
     except BaseException:  # a crash: what finished is in the tables and the report all the same
         cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
         raise
-    return out, cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
+    return out, cluster.finish(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
 
 
 def _answered(base, search: SearchConfig, storage, all_slices: list, out: OutDir) -> pd.DataFrame | None:

@@ -115,14 +115,17 @@ class RayNode:
     node_id: str = ""  # hex, as Ray's state API and ray.nodes() give it
 
 
-def start_head(num_cpus: int = 2) -> RayHead:
+def start_head(num_cpus: int = 2, dashboard: bool = True) -> RayHead:
+    """`ray start --head` on 127.0.0.1 in its own session, returned once it serves. Without `dashboard` (what the
+    integration tests' shared head needs: drivers only, no jobs API) it runs no dashboard and its modules, whose CPU
+    over a whole suite on 2 cores is not nothing; it is ready once `ray start` says so."""
     # Ray's unix sockets live under the temp dir and must stay under ~107 characters: a short dir in /tmp.
     temp_dir = Path(tempfile.mkdtemp(prefix="hsray-", dir="/tmp"))
     token = secrets.token_hex(32)  # what `ray get-auth-token --generate` makes
     token_path = temp_dir / "auth_token"
     token_path.touch(mode=0o600)
     token_path.write_text(token)
-    gcs, dashboard, agent, client_server, dashboard_metrics, autoscaler_metrics = free_ports(6)
+    gcs, port, agent, client_server, dashboard_metrics, autoscaler_metrics = free_ports(6)
     shared = {
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(token_path),
@@ -138,11 +141,11 @@ def start_head(num_cpus: int = 2) -> RayHead:
         "DASHBOARD_METRIC_PORT": str(dashboard_metrics),
         "AUTOSCALER_METRIC_PORT": str(autoscaler_metrics),
     }
-    head = RayHead(address=f"127.0.0.1:{gcs}", dashboard_url=f"http://127.0.0.1:{dashboard}", token=token,
+    head = RayHead(address=f"127.0.0.1:{gcs}", dashboard_url=f"http://127.0.0.1:{port}", token=token,
                    token_path=token_path, temp_dir=temp_dir, log_path=temp_dir / "head.log")
     head.env = {**shared, "RAY_ADDRESS": head.address, "RAY_API_SERVER_ADDRESS": head.dashboard_url}
     cmd = [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
-           "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+           f"--include-dashboard={str(dashboard).lower()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={port}",
            f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client_server}",
            f"--num-cpus={num_cpus}", "--num-gpus=0", "--object-store-memory=500000000",
            f"--temp-dir={temp_dir}", "--disable-usage-stats"]
@@ -151,11 +154,21 @@ def start_head(num_cpus: int = 2) -> RayHead:
         head.process = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=temp_dir)
     try:
-        wait_until_jobs_api_answers(head)
+        wait_until_jobs_api_answers(head) if dashboard else wait_until_started(head)
     except BaseException:
         stop_head(head)
         raise
     return head
+
+
+def wait_until_started(head: RayHead) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while "Ray runtime started" not in head.log_path.read_text(errors="replace"):
+        if head.process.poll() is not None:
+            pytest.fail(f"ray head exited with {head.process.returncode}:\n{head.log_tail()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"ray head did not start within {START_TIMEOUT_S} s:\n{head.log_tail()}")
+        time.sleep(0.25)
 
 
 def wait_until_jobs_api_answers(head: RayHead) -> None:

@@ -38,7 +38,7 @@ def shared_ray():
     through RAY_ADDRESS, as a driver on a cluster's head does, instead of each starting and stopping a Ray of its own
     (4-5 s of every run). What is about the Ray a command starts itself (its servers, its files, killed drivers and
     workers) runs with its own: `headsweep(..., own_ray=True)` or a subprocess of the test's own."""
-    head = start_head()
+    head = start_head(dashboard=False)
     os.environ[SHARED_RAY_VAR] = json.dumps(head.env)
     try:
         yield head

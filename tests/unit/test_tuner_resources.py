@@ -1,5 +1,6 @@
 """The cluster (sweep/cluster.py): a trial that no node could ever run (it would pend forever) is refused before
-anything starts; an address that is no cluster's, a local Ray without token auth; leaving Ray while work goes on."""
+anything starts; an address that is no cluster's, a local Ray without token auth; leaving Ray while work goes on, and
+when a local Ray is kept for the next run (the Python API)."""
 
 import pytest
 
@@ -79,3 +80,62 @@ def test_the_work_done_while_leaving_ray_returns_or_raises_in_the_caller_with_th
     with pytest.raises(KeyError, match="report"):
         ray_cluster.disconnect_while(lambda: {}["report"])
     assert gc.isenabled()
+
+
+class FakeRay:
+    """Records what sweep.cluster asks of Ray: ("local",), ("join", address), ("shutdown",)."""
+
+    def __init__(self):
+        self.calls, self.up = [], False
+
+    def is_initialized(self):
+        return self.up
+
+    def init(self, address=None, **_):
+        self.calls.append(("join", address) if address else ("local",))
+        self.up = True
+
+    def shutdown(self):
+        self.calls.append(("shutdown",))
+        self.up = False
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    ray = FakeRay()
+    monkeypatch.setattr(ray_cluster, "ray", ray)
+    monkeypatch.setattr(ray_cluster.stopping, "on_sigterm", lambda: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_cluster, "_keep_local", False)
+    monkeypatch.setattr(ray_cluster, "_kept", False)
+    return ray
+
+
+def test_a_command_leaves_its_local_ray_after_every_run(fake_ray):
+    for _ in range(2):
+        ray_cluster.connect(None)
+        assert ray_cluster.finish(lambda: "tables") == "tables"
+    assert fake_ray.calls == [("local",), ("shutdown",)] * 2
+
+
+def test_the_python_api_keeps_its_local_ray_for_the_next_run_but_not_after_a_stop_or_for_a_cluster(fake_ray):
+    ray_cluster.keep_local_between_runs()
+    ray_cluster.connect(None)
+    ray_cluster.finish(lambda: None)
+    ray_cluster.connect(None)  # the next cell: the same Ray
+    ray_cluster.finish(lambda: None)
+    assert fake_ray.calls == [("local",)] and fake_ray.up
+    ray_cluster.connect("10.0.0.1:6379")  # a run for a cluster leaves the kept local Ray first
+    ray_cluster.finish(lambda: None)  # and leaves the cluster when it ends
+    ray_cluster.connect(None)
+    ray_cluster.leave()  # a stopped run: Ray goes, kept or not
+    ray_cluster.connect(None)
+    assert fake_ray.calls == [("local",), ("shutdown",), ("join", "10.0.0.1:6379"), ("shutdown",), ("local",),
+                              ("shutdown",), ("local",)]
+
+
+def test_a_ray_the_users_code_joined_is_used_as_it_is(fake_ray):
+    fake_ray.up = True  # ray.init() in the user's own code
+    ray_cluster.keep_local_between_runs()
+    ray_cluster.connect("10.0.0.1:6379")
+    assert fake_ray.calls == []

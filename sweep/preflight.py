@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import time
 from contextlib import suppress
 from pathlib import Path, PurePosixPath
 
@@ -23,14 +22,12 @@ from ray.exceptions import RayError, TaskUnschedulableError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from sweep.storage import buckets
+from sweep.storage import probes as on_node
 from sweep.storage.out_dir import OutDir
 from trainables.errors import ConfigError
 
 PROBE_PREFIX = ".preflight-"  # the probe directory inside --out: PROBE_PREFIX + token, gone when the check ends
-DRIVER_FILE = "driver"
 ANSWER_S = 120  # a node whose probe has not answered by then counts as failed (a fresh worker starts in seconds)
-# NFS clients cache lookups and attributes for a few seconds: a file another machine just wrote may show up late.
-VISIBLE_WITHIN_S = 10
 
 
 def check_storage(out: OutDir) -> None:
@@ -51,7 +48,7 @@ def check_bucket(bucket: buckets.Bucket) -> None:
     missing = [p for p in (str(PurePosixPath(bucket.name, *parts[:n])) for n in range(len(parts), 0, -1))
                if fs.get_file_info(p).type == pafs.FileType.NotFound]
     try:
-        for node, problem in _ask_every_node(_bucket_probe, probes, token):
+        for node, problem in _ask_every_node(on_node.bucket_probe, probes, token):
             if problem is not None:
                 raise ConfigError("--out", f"node {_where(node)} cannot use {bucket} ({problem}): every node needs the "
                                            "bucket's endpoint and credentials (docs/CLUSTER.md)")
@@ -62,20 +59,6 @@ def check_bucket(bucket: buckets.Bucket) -> None:
             if not fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
                 with suppress(FileNotFoundError):
                     fs.delete_dir(path)
-
-
-@ray.remote(max_retries=0)
-def _bucket_probe(probes: buckets.Bucket, token: str, name: str) -> str | None:
-    """On one node: None if it could check the bucket and write `name` into `probes` and read it back, else why not."""
-    if (problem := buckets.problem(probes)) is not None:
-        return problem
-    try:
-        with probes.filesystem.open_output_stream(probes.path(name)) as sink:
-            sink.write(token.encode())
-        with probes.filesystem.open_input_stream(probes.path(name)) as source:
-            return None if source.readall().decode() == token else "it reads back another token"
-    except OSError as e:
-        return f"it cannot write there: {buckets.why(str(e))}"
 
 
 def check_shared_storage(out: Path) -> None:
@@ -89,7 +72,7 @@ def check_shared_storage(out: Path) -> None:
     try:
         try:
             probes.mkdir(parents=True)
-            (probes / DRIVER_FILE).write_text(token)
+            (probes / on_node.DRIVER_FILE).write_text(token)
         except OSError as e:
             raise ConfigError("--out", f"the driver cannot write {out} ({e.strerror or e})") from None
         _check_nodes(probes, token)
@@ -103,10 +86,10 @@ def check_shared_storage(out: Path) -> None:
 
 
 def _check_nodes(probes: Path, token: str) -> None:
-    for node, problem in _ask_every_node(_probe, str(probes), token):
+    for node, problem in _ask_every_node(on_node.directory_probe, str(probes), token):
         if problem is not None:
             raise _cannot(node, "read", probes, problem)
-        if (problem := _read_token(probes / _node_file(node), token)) is not None:
+        if (problem := on_node.read_token(probes / _node_file(node), token)) is not None:
             raise _cannot(node, "write", probes, f"the driver reads {_node_file(node)}: {problem}")
 
 
@@ -130,33 +113,6 @@ def _ask_every_node(probe, *args) -> list[tuple[dict, str | None]]:
             answers.append((pending[ref], "its probe failed: "
                             + (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]))
     return answers
-
-
-@ray.remote(max_retries=0)
-def _probe(directory: str, token: str, name: str) -> str | None:
-    """On one node: None if it read the driver's token from `directory` and wrote its own file there, else why not.
-    It writes only after reading: a node that does not share the directory leaves nothing on its own disk."""
-    directory = Path(directory)
-    if (problem := _read_token(directory / DRIVER_FILE, token)) is not None:
-        return f"it reads {DRIVER_FILE}: {problem}"
-    try:
-        (directory / name).write_text(token)
-    except OSError as e:
-        return f"it writes {name}: {e.strerror or e}"
-    return None
-
-
-def _read_token(path: Path, token: str) -> str | None:
-    """None once `path` holds `token` (waiting up to VISIBLE_WITHIN_S for it to show), else what was wrong."""
-    deadline = time.monotonic() + VISIBLE_WITHIN_S
-    while True:
-        try:
-            problem = None if path.read_text() == token else "it holds another token"
-        except OSError as e:
-            problem = e.strerror or str(e)
-        if problem is None or time.monotonic() > deadline:
-            return problem
-        time.sleep(0.2)
 
 
 def _cannot(node: dict, verb: str, probes: Path, why: str) -> ConfigError:

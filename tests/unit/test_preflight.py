@@ -1,5 +1,8 @@
 """The storage check's driver side, without Ray: an --out the driver itself cannot write is one ConfigError, and it
 leaves nothing behind. (Nodes that cannot read or write it: tests/e2e/test_two_nodes.py, with real nodes.)"""
+import subprocess
+import sys
+
 import pytest
 
 from sweep import preflight
@@ -20,3 +23,14 @@ def test_missing_ancestors_are_listed_deepest_first(tmp_path):
     assert preflight._missing_ancestors(out) == [out, tmp_path / "a"]
     out.mkdir(parents=True)
     assert preflight._missing_ancestors(out) == []
+
+
+def test_what_runs_on_each_node_imports_nothing_heavy():
+    """The probes' module is what a node's worker imports to run them (by reference, as Ray ships a module's
+    function); no trial reuses that worker, so Tune, torch or pandas imported there would be seconds of CPU wasted on
+    every grid and search."""
+    code = ("import sys; import sweep.storage.probes; "
+            "print(sorted(m for m in ('torch', 'pandas', 'ray.tune', 'optuna', 'scipy', 'matplotlib') if m in sys.modules))")
+    heavy = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert heavy == "[]"
+    assert preflight.on_node.directory_probe._function.__module__ == "sweep.storage.probes"

@@ -90,14 +90,12 @@ def disconnect_while(work: Callable[[], T]) -> T:
         except BaseException as error:  # raised again in this thread
             outcome["error"] = error
 
-    global _kept
-    _kept = False
     collecting = gc.isenabled()
     gc.disable()
     worker = threading.Thread(target=run, name="results-and-report")
     worker.start()
     try:
-        ray.shutdown()
+        leave()
     finally:
         worker.join()
         if collecting:

@@ -117,8 +117,8 @@ class RayNode:
 
 def start_head(num_cpus: int = 2, dashboard: bool = True) -> RayHead:
     """`ray start --head` on 127.0.0.1 in its own session, returned once it serves. Without `dashboard` (what the
-    integration tests' shared head needs: drivers only, no jobs API) it runs no dashboard and its modules, whose CPU
-    over a whole suite on 2 cores is not nothing; it is ready once `ray start` says so."""
+    integration tests' shared head needs: drivers only, no jobs API) Ray runs its dashboard in minimal mode, without
+    the modules whose CPU over a whole suite on 2 cores is not nothing; it is ready once `ray start` says so."""
     # Ray's unix sockets live under the temp dir and must stay under ~107 characters: a short dir in /tmp.
     temp_dir = Path(tempfile.mkdtemp(prefix="hsray-", dir="/tmp"))
     token = secrets.token_hex(32)  # what `ray get-auth-token --generate` makes

@@ -130,10 +130,7 @@ class _Rounds(Searcher):
         from its studies and result files), so the live generator stays behind."""
         return {}
 
-    def save(self, checkpoint_path: str) -> None:  # nothing to save: see __getstate__
-        pass
-
-    def restore(self, checkpoint_path: str) -> None:
+    def save(self, checkpoint_path: str) -> None:  # nothing to save (see __getstate__), so nothing is ever restored
         pass
 
 

@@ -330,8 +330,7 @@ def _curves(members: list[Path], finished: pd.DataFrame, view: TaskView) -> list
                                  view.diversity_label or axis)
         sections.append(_figure(f"Final metrics against {axis}, one point per member", figure,
                                 f"final metrics against {axis}"))
-    runs = {member.name: read_jsonl(member / "metrics.jsonl") for member in members}
-    runs = {name: records for name, records in runs.items() if records}
+    runs = {member.name: records for member in members if (records := read_jsonl(member / "metrics.jsonl"))}
     if not runs or (len(runs) > 1 and max(len(records) for records in runs.values()) < 2):
         return sections  # one evaluation per member (the one-step model): the scatter above says it all
     if len(runs) == 1:

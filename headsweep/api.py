@@ -77,7 +77,8 @@ def config(source: str | os.PathLike | Mapping | Experiment, *overrides: str) ->
         raise ConfigError(repr(bad[0]), "an override must be a string key=value (e.g. 'task.lengths.low=3')")
     present = {key.partition(".")[0] for layer in trial_config.read_layers(source, list(overrides))
                for key, _ in layer} & set(SECTIONS)
-    ours = lambda section: [o for o in overrides if _section_of(o) in (None, section)]
+    top = lambda override: override.partition("=")[0].partition(".")[0]  # its section (or a trial key's first part)
+    ours = lambda section: [o for o in overrides if top(o) == section or top(o) not in SECTIONS]  # + one trial's
     base = trial_config.load(source, ours(None))
     sweep = points = search = None
     if "sweep" in present:
@@ -209,9 +210,3 @@ def _run_from_python():
 
 def _loaded(cfg) -> Experiment:
     return cfg if isinstance(cfg, Experiment) else config(cfg)
-
-
-def _section_of(override: str) -> str | None:
-    """The section an override belongs to (sweep, search), or None for one trial's key."""
-    top = override.partition("=")[0].partition(".")[0]
-    return top if top in SECTIONS else None

@@ -20,11 +20,8 @@ from matplotlib.figure import Figure
 
 from dashboards import figures, report
 from trainables.errors import ConfigError
-from trainables.io import FINISHED, read_json, read_jsonl
+from trainables.io import FAILED, FINISHED, read_json, read_jsonl
 from trainables.tasks import task_of, view_of
-
-FAILED = ("error", "unfinished")  # a member that failed for good, or never finished (the grid's exit status 1)
-
 
 def read(out: Path, storage: str | None = None) -> "TrainResult | GridResult | SearchResult":
     """The result of the verb that wrote the local directory `out` (report.detect decides which)."""

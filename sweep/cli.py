@@ -168,11 +168,12 @@ def _train(args) -> int:
 
 def _grid(args) -> int:
     from sweep import grid, space
+    from trainables.io import FAILED
 
     base, sweep, points = space.load_sweep(args.config, args.overrides)
     out, frame = grid.run(base, sweep, points, args.out, args.address)
     print(grid.summary(base, sweep, frame, out))
-    return 1 if frame["status"].isin(grid.FAILED).any() else 0
+    return 1 if frame["status"].isin(FAILED).any() else 0
 
 
 def _search(args) -> int:

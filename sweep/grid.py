@@ -19,7 +19,6 @@ from trainables.tasks import task_of, view_of
 
 # (a results.csv written before `member` existed names it `trial`: report.results reads either)
 FIRST_COLUMNS = ["member", "status", "error", "seconds"]
-FAILED = ("error", "unfinished")  # a member that failed for good, or never finished: `headsweep grid` exits 1
 
 
 def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_arg: str,

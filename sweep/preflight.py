@@ -75,7 +75,11 @@ def check_shared_storage(out: Path) -> None:
             (probes / on_node.DRIVER_FILE).write_text(token)
         except OSError as e:
             raise ConfigError("--out", f"the driver cannot write {out} ({e.strerror or e})") from None
-        _check_nodes(probes, token)
+        for node, problem in _ask_every_node(on_node.directory_probe, str(probes), token):
+            if problem is not None:
+                raise _cannot(node, "read", probes, problem)
+            if (problem := on_node.read_token(probes / _node_file(node), token)) is not None:
+                raise _cannot(node, "write", probes, f"the driver reads {_node_file(node)}: {problem}")
         passed = True
     finally:
         shutil.rmtree(probes, ignore_errors=True)
@@ -83,14 +87,6 @@ def check_shared_storage(out: Path) -> None:
             for directory in created:  # deepest first; rmdir never removes what someone else put there
                 with suppress(OSError):
                     directory.rmdir()
-
-
-def _check_nodes(probes: Path, token: str) -> None:
-    for node, problem in _ask_every_node(on_node.directory_probe, str(probes), token):
-        if problem is not None:
-            raise _cannot(node, "read", probes, problem)
-        if (problem := on_node.read_token(probes / _node_file(node), token)) is not None:
-            raise _cannot(node, "write", probes, f"the driver reads {_node_file(node)}: {problem}")
 
 
 def _ask_every_node(probe, *args) -> list[tuple[dict, str | None]]:

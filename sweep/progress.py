@@ -48,7 +48,7 @@ class ProgressView(ProgressReporter):
     def __getstate__(self) -> dict:
         """Tune pickles its run config (tuner.pkl); summary and refresh are closures over live objects, and a notebook's
         bar a widget: they stay behind."""
-        return vars(self) | {"summary": _nothing, "refresh": _none, "bar": None}
+        return vars(self) | {"summary": _nothing, "refresh": _nothing, "bar": None}
 
     def count_done(self) -> int:
         return sum(1 for _ in self.members_dir.glob("*/result.json")) if self.members_dir.exists() else 0
@@ -138,12 +138,8 @@ def _per_minute(rate_per_s: float) -> str:
     return f"{per_minute:.{2 if per_minute < 1 else 1 if per_minute < 100 else 0}f}/min"
 
 
-def _nothing() -> str:
+def _nothing() -> str:  # an empty summary, and a refresh that does nothing (what it returns is not read)
     return ""
-
-
-def _none() -> None:
-    return None
 
 
 def _clock(seconds: float) -> str:

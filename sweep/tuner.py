@@ -66,7 +66,9 @@ def run(base: config.Config, section, packs: dict[str, list[dict]], out: OutDir,
     else:
         tuner = tune.Tuner(trainable, param_space=param_space, tune_config=_tune_config(section),
                            run_config=_run_config(section, out, EXPERIMENT, view))
-    failed = _errors(tuner.fit())
+    # every pack that ended in error -> the last line of its error
+    failed = {result.config["trial"]: (str(result.error).strip().splitlines() or ["error"])[-1][:500]
+              for result in tuner.fit() if result.error is not None}
     return {point_id(m["point"]): failed[pack] for pack, chunk in packs.items() if pack in failed for m in chunk}
 
 
@@ -128,10 +130,7 @@ class _Rounds(Searcher):
         from its studies and result files), so the live generator stays behind."""
         return {}
 
-    def save(self, checkpoint_path: str) -> None:  # nothing to save: see __getstate__
-        pass
-
-    def restore(self, checkpoint_path: str) -> None:
+    def save(self, checkpoint_path: str) -> None:  # nothing to save (see __getstate__), so nothing is ever restored
         pass
 
 
@@ -182,12 +181,6 @@ def _run_config(section, out: OutDir, name: str, view: ProgressView) -> tune.Run
         progress_reporter=view,
         verbose=1,  # the progress view only, not every trial's config and result
     )
-
-
-def _errors(grid: tune.ResultGrid) -> dict[str, str]:
-    """trial id -> the last line of the error of every Tune trial that ended in error."""
-    return {result.config["trial"]: (str(result.error).strip().splitlines() or ["error"])[-1][:500]
-            for result in grid if result.error is not None}
 
 
 def _trial_name(trial) -> str:

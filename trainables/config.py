@@ -131,11 +131,6 @@ def _dotted(pairs: Mapping[str, Any]) -> Layer:
             for pair in (_pairs(value, key + ".") if isinstance(value, Mapping) and value else [(key, value)])]
 
 
-def _parts(key: str) -> list[str]:
-    """A dotted key's parts, an escaped dot kept in its part (unescaped)."""
-    return [part.replace("\\.", ".") for part in re.split(r"(?<!\\)\.", key)]
-
-
 def _head(key: str) -> str:
     return key.partition(".")[0]
 
@@ -275,7 +270,7 @@ def _apply(cfg: DictConfig, layer: Layer) -> None:
     for key, value in layer:
         if isinstance(value, str) and value == "???":  # as OmegaConf.merge: a missing value leaves what is set
             continue
-        node, parts = cfg, _parts(key)
+        node, parts = cfg, [part.replace("\\.", ".") for part in re.split(r"(?<!\\)\.", key)]  # an escaped dot kept
         for depth, part in enumerate(parts):
             if isinstance(node, ListConfig):
                 _require_index(node, ".".join(parts[:depth]), part)

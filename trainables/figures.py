@@ -191,6 +191,3 @@ def diagonal_heatmap(matrix: np.ndarray, title: str, x_label: str, y_label: str,
     ax.legend(loc="upper right", fontsize="x-small")
     fig.colorbar(image, ax=ax, label="accuracy", pad=0.01)
     return fig
-
-
-# --- runs and tables ------------------------------------------------------------------------------------------------

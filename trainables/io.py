@@ -23,6 +23,7 @@ SUCCEEDED = "succeeded"  # passed the threshold at `streak` evaluations in a row
 VERDICT_KNOWN = "verdict_known"  # stopped (or never started) because its candidate's verdict was decided
 FINISHED = ("completed", "early_stopped", "diverged", SUCCEEDED, VERDICT_KNOWN)  # a trial with a result.json
 OWN_VERDICT = tuple(s for s in FINISHED if s != VERDICT_KNOWN)  # a finished member whose metrics are its own verdict
+FAILED = ("error", "unfinished")  # a grid's member that failed for good, or never finished: `headsweep grid` exits 1
 ERROR_FILE = "error.txt"  # in a trial's directory: why its last attempt failed (removed once it finishes)
 
 

@@ -118,28 +118,26 @@ class Logger:
         self.close()
 
 
-def member_logger(cfg, out_dir: Path, *extra: Sink, job_type: str = "train", group: str | None = None,
-                 name: str | None = None, tags: tuple[str, ...] = ()) -> Logger:
-    """The logger of one member (or a `headsweep train` run): metrics.jsonl in out_dir (the source of truth), any
-    extra sinks, then a W&B run when `logging.wandb` is on and the mode is not disabled.
+def member_logger(cfg, out_dir: Path, *, job_type: str = "train", name: str | None = None) -> Logger:
+    """The logger of one member (or a `headsweep train` run): metrics.jsonl in out_dir (the source of truth), then a
+    W&B run when `logging.wandb` is on and the mode is not disabled.
 
-    W&B run: job_type = the verb, group = `group` or the experiment name (`cfg.name`), name = `name` or one built
-    from the config (`run_name`), tags = the task's and the model's names, the task's own tags (e.g. length family,
-    OOD split), `logging.tags` and `tags`, config = the resolved config as dotted keys (task.lengths.low: 3). A
-    metrics.jsonl that already holds records means a retry resuming from a checkpoint (the trainable kept the records
-    up to it): the W&B run of the earlier attempt is continued rather than a new one started.
+    W&B run: job_type = the verb, group = the experiment name (`cfg.name`), name = `name` or one built from the
+    config (`run_name`), tags = the task's and the model's names, the task's own tags (e.g. length family, OOD split)
+    and `logging.tags`, config = the resolved config as dotted keys (task.lengths.low: 3). A metrics.jsonl that
+    already holds records means a retry resuming from a checkpoint (the trainable kept the records up to it): the W&B
+    run of the earlier attempt is continued rather than a new one started.
     """
     out_dir = Path(out_dir).resolve()  # absolute: Tune trials chdir into a scratch dir
     jsonl = out_dir / "metrics.jsonl"
     resuming = jsonl.exists() and jsonl.stat().st_size > 0
-    sinks = [JsonlSink(jsonl), *extra]
+    sinks = [JsonlSink(jsonl)]
     if cfg.logging.wandb:
         mode, why = resolve_wandb_mode(cfg.logging.mode)
         if mode != "disabled":
             try:
-                tags = [cfg.task.name, cfg.model.name, *task_of(cfg).tags(cfg.task), *cfg.logging.tags, *tags]
-                sinks.append(WandbSink(out_dir, cfg, mode=mode, group=group or cfg.name, job_type=job_type,
-                                       name=name or run_name(cfg), tags=tags, resume=resuming))
+                sinks.append(WandbSink(out_dir, cfg, mode=mode, job_type=job_type, name=name or run_name(cfg),
+                                       resume=resuming))
             except BaseException:
                 sinks[0].close()
                 raise
@@ -161,18 +159,18 @@ class WandbSink:
 
     requirements_saved = False  # by a run of this process (see x_save_requirements below)
 
-    def __init__(self, out_dir: Path, cfg, *, mode: str, group: str, job_type: str, name: str, tags: list[str],
-                 resume: bool = False):
+    def __init__(self, out_dir: Path, cfg, *, mode: str, job_type: str, name: str, resume: bool = False):
+        tags = [cfg.task.name, cfg.model.name, *task_of(cfg).tags(cfg.task), *cfg.logging.tags]
         import wandb  # here, not at the top: logging.wandb=false must import nothing from wandb
 
         self.wandb, self.cfg = wandb, cfg
         out_dir = Path(out_dir).resolve()
         run_id, resume = _run_id(out_dir / "wandb", resume)
         self.run = wandb.init(
-            project=cfg.logging.project, entity=cfg.logging.entity or None, group=group, job_type=job_type, name=name,
+            project=cfg.logging.project, entity=cfg.logging.entity or None, group=cfg.name, job_type=job_type,
+            name=name, config=flat(dataclasses.asdict(cfg)), id=run_id, resume="allow" if resume else None,
             tags=list(dict.fromkeys(tag[:64] for tag in tags)),  # unique, in order; W&B caps a tag at 64 characters
-            config=flat(dataclasses.asdict(cfg)), id=run_id, resume="allow" if resume else None, dir=str(out_dir),
-            mode=mode,
+            dir=str(out_dir), mode=mode,
             reinit="create_new",  # several members may share a process (reused Ray actors, packed members)
             settings=wandb.Settings(
                 console="off",  # leave stdout/stderr alone: the progress bar and Ray's capture keep working

@@ -34,12 +34,12 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.func import functional_call, stack_module_state, vmap
+from torch.func import stack_module_state
 
 from trainables.errors import ConfigError
 from trainables.live_bytes import LiveBytes
 from trainables.models import MODELS, build_model
-from trainables.population import scored_loss
+from trainables.population import scored_loss, stacked_loss
 from trainables.tasks import task_of
 
 FLOAT_BYTES = 4
@@ -130,13 +130,7 @@ def _live(model: nn.Module, n: int, width: int, query_only: bool, d_out: int, d_
         return live
     if members > 1:
         params, buffers = stack_module_state([model] * members)
-
-        def member_loss(params, buffers, model_input, query, targets, mask):
-            run = lambda model_input, query: functional_call(model, (params, buffers), (model_input, query))
-            return scored_loss(run, model_input, query, targets, mask)[0]
-
-        loss = lambda: vmap(member_loss, in_dims=(0, 0, 0, 0 if query_only else None, 0, 0))(
-            params, buffers, model_input, query, targets, mask).sum()
+        loss = lambda: stacked_loss(model, params, buffers, model_input, query, targets, mask)[0].sum()
     else:
         loss = lambda: scored_loss(model, model_input, query, targets, mask)[0]
     model.zero_grad(set_to_none=True)

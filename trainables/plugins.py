@@ -25,7 +25,8 @@ def register(obj):
         raise ConfigError("register", f"takes a Task or ModelSpec instance (trainables.tasks.Task, "
                                       f"trainables.models.ModelSpec), got {type(obj).__name__}")
     registry.register(obj)
-    _forget(obj.name)
+    config.forget_derived()  # what this process derived from an earlier one of that name: schemas, dry runs
+    dry_run.forget(obj.name)
     return obj
 
 
@@ -49,9 +50,3 @@ def _same(a, b) -> bool:
         return a is b or (type(a) is type(b) and vars(a) == vars(b))
     except Exception:  # noqa: BLE001 (attributes whose == is not a bool, e.g. tensors)
         return False
-
-
-def _forget(name: str) -> None:
-    """What this process derived from a task or model of that name: the merged schemas and the dry runs passed."""
-    config.forget_derived()
-    dry_run.forget(name)

@@ -142,15 +142,8 @@ class Stack:
             one = batch.member(0)
             return tuple(x[None] for x in scored_loss(self.template, one.model_input, one.query, one.targets,
                                                       one.loss_mask))
-        template = self.template
-
-        def member_loss(params, buffers, model_input, query, targets, mask):
-            model = lambda model_input, query: functional_call(template, (params, buffers), (model_input, query))
-            return scored_loss(model, model_input, query, targets, mask)
-
-        query_dim = 0 if batch.query is not None else None
-        return vmap(member_loss, in_dims=(0, 0, 0, query_dim, 0, 0))(
-            self.params, self.buffers, batch.model_input, batch.query, batch.targets, batch.loss_mask)
+        return stacked_loss(self.template, self.params, self.buffers, batch.model_input, batch.query, batch.targets,
+                            batch.loss_mask)
 
     def unstack(self, slots: list[int]) -> None:
         """Copy the stacked parameters into these members' own modules (for their evaluation and checkpoint)."""
@@ -217,6 +210,18 @@ def scored_loss(model, model_input: torch.Tensor, query: torch.Tensor | None, ta
     per_position = F.cross_entropy(outputs.transpose(1, 2), targets, reduction="none")  # (B, T)
     hits = ((outputs.argmax(-1) == targets).to(outputs.dtype) * mask).sum()
     return (per_position * mask).sum() / count, hits, count
+
+
+def stacked_loss(template: torch.nn.Module, params: dict, buffers: dict, model_input: torch.Tensor,
+                 query: torch.Tensor | None, targets: torch.Tensor, mask: torch.Tensor):
+    """scored_loss of every member at once, (M,) each: one vmapped functional call of `template` over parameters,
+    buffers and batch tensors stacked along a leading member dimension."""
+    def member_loss(params, buffers, model_input, query, targets, mask):
+        model = lambda model_input, query: functional_call(template, (params, buffers), (model_input, query))
+        return scored_loss(model, model_input, query, targets, mask)
+
+    return vmap(member_loss, in_dims=(0, 0, 0, None if query is None else 0, 0, 0))(
+        params, buffers, model_input, query, targets, mask)
 
 
 def clip_each(grads: list[torch.Tensor], max_norm: float) -> None:

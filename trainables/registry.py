@@ -59,7 +59,8 @@ class Registry:
         for source in _entry_points(self.group):
             found.setdefault(source.name, []).append(source)
         for name, obj in self._registered.items():
-            found.setdefault(name, []).append(Source(name, _target_of(obj), REGISTERED))
+            defined = f"{type(obj).__module__}:{type(obj).__qualname__}()"  # its class, read as a target
+            found.setdefault(name, []).append(Source(name, defined, REGISTERED))
         return found
 
     def __iter__(self):
@@ -146,11 +147,6 @@ class Registry:
 
 
 REGISTERED = "registered in this process"
-
-
-def _target_of(obj) -> str:
-    """Where a registered instance's class was defined, as people read a target (module:Class())."""
-    return f"{type(obj).__module__}:{type(obj).__qualname__}()"
 
 
 @functools.lru_cache(maxsize=None)

@@ -121,17 +121,15 @@ def _train_group(files: OpenedMembers, group: dict[int, config.Config], saved: d
     directory (files.members); `stopper` is that of all the trial's members (by their index). Checkpoints go to
     `files`, and a finished member's files are pushed at once."""
     indices, members = list(group), files.members
+    cfgs, resumes = list(group.values()), [saved.get(index) for index in group]
     with ExitStack() as contexts:
-        cfgs, loggers, resumes = [], [], []
-        for index, cfg in group.items():
+        loggers = []
+        for index, cfg, resume in zip(indices, cfgs, resumes):
             member, out = members[index], Path(members[index]["dir"])
             atomic_write(out / "config.yaml", config.to_yaml(cfg))  # creates out too
-            resume = saved.get(index)
             _keep_records_until(out / "metrics.jsonl", resume["step"] if resume else 0)
             loggers.append(contexts.enter_context(member_logger(cfg, out, job_type=member.get("job_type", "grid"),
                                                                name=out.name)))
-            cfgs.append(cfg)
-            resumes.append(resume)
 
         def finished(k: int, result) -> None:
             index = indices[k]

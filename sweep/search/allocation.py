@@ -113,20 +113,17 @@ def plan(passed, trained, q: float, confidence: float, fit: estimate.Estimate, l
     # a tried value beyond the target that has not shown its side blocks the end (closed testing): nearest the end first
     shown = dict(zip(tried.tolist(), (tests.above if high_end else tests.below).tolist()))
     open_tried = [int(i) for i in inside if trained[i] and not shown[int(i)]]
-    need = np.array([_seeds_needed(smooth[i], q, confidence) - trained[i] for i in inside])  # more seeds each needs
+    # more seeds each needs (its rate rounded to 2 decimals: one cached answer serves many rates)
+    need = np.array([_seeds_needed(round(float(smooth[i]), 2), q, confidence) - trained[i] for i in inside])
     feasible = inside[need <= left / 2]
     target = (feasible.min() if high_end else feasible.max()) if len(feasible) else inside[np.argmin(need)]
     blocking = [i for i in open_tried if (i > target if high_end else i < target)]
     return (max(blocking) if high_end else min(blocking)) if blocking else int(target)
 
 
-def _seeds_needed(p: float, q: float, confidence: float) -> int:
-    """The fewest seeds at a value passing at rate p whose expected count shows p >= q (or p < q) on its own."""
-    return _seeds_needed_at(round(float(p), 2), q, confidence)
-
-
 @functools.lru_cache(maxsize=4096)
-def _seeds_needed_at(p: float, q: float, confidence: float, limit: int = 1000) -> int:
+def _seeds_needed(p: float, q: float, confidence: float, limit: int = 1000) -> int:
+    """The fewest seeds at a value passing at rate p whose expected count shows p >= q (or p < q) on its own."""
     need, alpha = estimate.seeds_to_decide(q, confidence), estimate.level(confidence)
     test = estimate.tail_above if p >= q else estimate.tail_below
     return next((n for n in range(need, limit) if test(q, n, round(n * p)) <= alpha), limit)
@@ -166,10 +163,6 @@ def _bounds(w: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
     return first(tail + 1e-12), first(1.0 - tail - 1e-12)
 
 
-def _entropy(w: np.ndarray) -> np.ndarray:
-    return -(w * np.log(np.maximum(w, TINY))).sum(axis=-1)
-
-
 def predictive(passed: np.ndarray, trained: np.ndarray, batch: int, q: float) -> np.ndarray:
     """(m, batch + 1) the belief's probability that 0 .. batch of `batch` new seeds at each value pass."""
     s, f = passed[:, None], (trained - passed)[:, None]  # (m, 1)
@@ -207,7 +200,7 @@ def look_ahead(passed, trained, batch: int, q: float, confidence: float, among: 
     low, high = _bounds(after, confidence)  # (c, batch + 1)
     chances = predictive(passed, trained, batch, q)[probed]  # (c, batch + 1)
     width = (chances * (high - low)).sum(axis=1).round(9)
-    entropy = (chances * _entropy(after)).sum(axis=1).round(9)
+    entropy = (chances * -(after * np.log(np.maximum(after, TINY))).sum(axis=-1)).sum(axis=1).round(9)
     return int(probed[np.lexsort((probed, width, entropy))[0]])  # least entropy, then width, then the narrowest
 
 

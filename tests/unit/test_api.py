@@ -472,7 +472,7 @@ def test_a_worker_adopts_what_was_shipped_once(registries, monkeypatch):
     echo = hs.register(Echo())
     shipped = pickle.loads(pickle.dumps(plugins.registered()))
     forgotten = []
-    monkeypatch.setattr(plugins, "_forget", forgotten.append)
+    monkeypatch.setattr(plugins.dry_run, "forget", forgotten.append)
     plugins.adopt(shipped)  # an equal instance of the same class: kept, its dry runs too
     assert TASKS["echo_api_unit"] is echo and forgotten == []
     other = type("Other", (Echo,), {})()  # another class: registered, what was derived from the old one forgotten

@@ -33,7 +33,7 @@ def adapted(task: Task) -> Task:
     shown = [name for name in PRESENTATION if hasattr(type(task), name)]
     if shown and "view" not in vars(task):
         task.view = type(f"{type(task).__name__}View", (task.view,),
-                         {name: property(functools.partial(_off_the_task, name)) for name in shown})
+                         {name: property(lambda view, name=name: getattr(view.task, name)) for name in shown})
         moved.append(f"{', '.join(shown)} (on the Task) -> a TaskView subclass named as the task's `view`")
     together = type(task).batch_sampler
     takes_split = together is not Task.batch_sampler and "split" in inspect.signature(together).parameters
@@ -49,10 +49,6 @@ def adapted(task: Task) -> Task:
                       f"{'; '.join(moved)} (docs/EXTENDING.md). Adapted where it was registered.",
                       DeprecationWarning, stacklevel=2)
     return task
-
-
-def _off_the_task(name: str, view):
-    return getattr(view.task, name)
 
 
 def _sampler_of(task: Task, together, cfgs: list, device, split: str = "train"):

@@ -20,7 +20,6 @@ class TriggerCopy(Task):
     name = "trigger_copy"
     config = TriggerCopyConfig
     view = TriggerCopyView
-    success_metric = "ood/acc"
     knobs = ("task.lengths.width", "task.lengths.low", "task.lengths.high")  # and the family's own parameters
     small_is_diverse = True
     member_fields = ("n_triggers", "lengths", "ood_split", "n_pairs_per_cell")  # all but the model's dims

@@ -11,7 +11,6 @@ class TriggerCopyView(TaskView):
     diversity_label = "R (small = diverse)"
     headline = ("ood/acc", "id/acc", "ood/pseudo_rate", "mech/induction_score", "data/max_sum_ratio")
     table_columns = headline + ("ood/acc_seen_pos", "ood/acc_new_pos", "mech/positional_score", "data/width")
-    curve_metrics = ("train/loss", "ood/loss", "id/acc", "ood/acc")
     short_names = {"ood/acc": "ood/acc", "id/acc": "id/acc", "mech/induction_score": "induction",
                    "data/max_sum_ratio": "R"}
     dashboard = (

@@ -271,7 +271,7 @@ def _distribution_search(out: Path, members: pd.DataFrame, cfg: dict, task: Task
     search = cfg.get("search") or {}
     best = pd.read_csv(out / "best.csv")
     reference = ", ".join(f"{k}={v}" for k, v in (search.get("reference") or {}).items()) or "none"
-    metric = (search.get("tpe") or {}).get("minimize") or search.get("minimize")  # flat: written before search.tpe
+    metric = minimized(search)
     sections = [Section(f"Lowest {metric} that generalizes, per slice (best.csv; reference: {reference})", table=best)]
     for column in ("q", "reference q"):
         if column in best.columns:
@@ -295,6 +295,12 @@ def _distribution_search(out: Path, members: pd.DataFrame, cfg: dict, task: Task
     except (KeyError, ValueError) as e:
         sections.append(Section("Search figures", text=f"not drawn: {type(e).__name__}: {e}"))
     return sections
+
+
+def minimized(search: dict) -> str | None:
+    """The metric a search section minimised (a distribution search), else None; the flat key: written before
+    search.tpe."""
+    return (search.get("tpe") or {}).get("minimize") or search.get("minimize")
 
 
 def theory_values(cfg: dict, rows: pd.DataFrame, slice_keys: list[str], metric: str) -> list[float | None]:

@@ -207,7 +207,7 @@ class SearchResult(_Members):
         """The table `headsweep search` prints."""
         if self.table.empty:
             return self.table
-        if self.search.get("minimize"):
+        if report.minimized(self.search):
             return self.table.drop(columns=["study"], errors="ignore")
         try:
             axis = task_of(self.config).diversity_axis

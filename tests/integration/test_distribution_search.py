@@ -5,6 +5,8 @@ import shutil
 import pandas as pd
 import pytest
 
+import headsweep as hs
+
 from tests.conftest import CONFIGS
 from tests.integration.test_search import headsweep, result_files
 from trainables.tasks.lengths import data_cost
@@ -44,6 +46,8 @@ def test_best_csv_has_the_cheapest_feasible_distribution_beside_proposition_8(di
         assert row["reference data/max_sum_ratio"] == pytest.approx(0.5)
     assert len(list((out / "trials").glob("family=optimal*"))) == 1
     assert "best.csv" in proc.stdout and "reference data/cost" in proc.stdout
+    shown = repr(hs.load(out))  # from Python: best.csv's table, not a threshold search's answer table
+    assert shown.startswith("SearchResult") and "reference data/cost" in shown, shown
 
 
 def test_the_report_draws_cost_against_r_progress_and_distributions(distribution_search):

@@ -27,6 +27,7 @@ sweep:
     - {key: task.n_train_outputs, values: [40]}
   seeds: [0]
   resources: {cpu: 1, gpu: 0}
+  max_concurrent: 1
   phase_diagram: {x: model.positional, y: task.n_train_outputs, metric: attn/prev_token_late}
 """
 TINY_SEARCH = TINY_GRID.replace("name: tiny_pe_grid", "name: tiny_outputs_search").split("sweep:")[0] + """
@@ -35,6 +36,7 @@ search:
   success: {threshold: 0.01, seeds: [0]}
   batch: 1
   budget: {trainings: 6}   # the threshold sampler: the fewest that can rule a value in or out
+  max_concurrent: 1   # tiny trials: see configs/debug_search.yaml
 """
 
 

@@ -32,6 +32,7 @@ search:
   success: {threshold: 0.5, seeds: [0]}   # ood/gap <= 0.5 nats
   batch: 1
   budget: {trainings: 6}   # the threshold sampler: the fewest that can rule a value in or out
+  max_concurrent: 1   # tiny trials: see configs/debug_search.yaml
 """
 
 

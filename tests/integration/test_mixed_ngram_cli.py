@@ -24,6 +24,7 @@ sweep:
   axes: [{key: task.alpha, values: [0.2, 0.8]}]
   seeds: [0]
   resources: {cpu: 1}
+  max_concurrent: 1
 """
 TINY_SEARCH = TINY_GRID.replace("name: tiny_mixed_grid", "name: tiny_alpha_search").split("sweep:")[0] + """
 search:
@@ -31,6 +32,7 @@ search:
   success: {threshold: 0.01, seeds: [0]}
   batch: 1
   budget: {trainings: 6}   # the threshold sampler: the fewest that can rule a value in or out
+  max_concurrent: 1   # tiny trials: see configs/debug_search.yaml
 """
 
 

@@ -30,6 +30,7 @@ search:
   sampler: {sampler}
   success: {{threshold: 0.5, seeds: [0]}}
   budget: {{per_slice: 3, trainings: 6}}   # evaluations (bisection, tpe, grid); seed trainings (threshold)
+  max_concurrent: 1   # tiny trials: see configs/debug_search.yaml
 """
 
 

@@ -27,9 +27,10 @@ from tests.s3_server import s3_server
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 GRID = CONFIGS / "debug_two_nodes.yaml"  # 4 points, 1 member per trial, a checkpoint every 50 steps
 SHORT = "optim.max_steps=200"  # of 400: still 4 checkpoints per trial, half the suite's time
-# Two slices searched side by side (no guide): each round trains two trials at once, one on each node.
-# 2 evaluations a slice; the cluster's every slot (the config's one at a time would leave the second node idle)
-SEARCH = [CONFIGS / "debug_search.yaml", "search.guide.metric=", "search.budget.trainings=6", "search.max_concurrent=0"]
+# Two slices searched side by side (no guide), 2 evaluations a slice: each round trains two trials at once, one on each
+# node (every slot of the cluster: the config's one at a time would leave the second node idle).
+SEARCH = [CONFIGS / "debug_search.yaml", "search.guide.metric=", "search.budget.trainings=6",
+          "search.max_concurrent=0"]
 TIMEOUT_S = 300
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: read-only for the second node
 PRIVATE = "/tmp/headsweep-private-node"  # inside the second node's own /tmp only

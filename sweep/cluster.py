@@ -29,6 +29,8 @@ LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's node IP is 127.
 # cores: a notebook's every cell paid both. A stopped or crashed run still leaves Ray (trials may be running).
 _keep_local = False
 _kept = False
+# The node of a local Ray this process started: its raylet and workers are this process's children, seeing its files.
+_own_node: str | None = None
 
 
 def keep_local_between_runs() -> None:
@@ -48,7 +50,7 @@ def connect(address: str | None) -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # Snapshots after each checkpoint are what makes a killed grid resumable; Tune's warning about them is noise.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    global _kept
+    global _kept, _own_node
     if ray.is_initialized():
         if not (_kept and address):
             return  # the Ray this process is connected to: the kept local one, or one the user's code joined
@@ -57,16 +59,22 @@ def connect(address: str | None) -> None:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     else:
         _start_local()
-        _kept = _keep_local
+        _kept, _own_node = _keep_local, ray.get_runtime_context().get_node_id()
     stopping.on_sigterm()  # ray.init set Ray's handler, which exits at once
+
+
+def own_node() -> str | None:
+    """The id of the node of a local Ray this process started (None when it joined a cluster): the storage check
+    need not ask it what this process already knows."""
+    return _own_node
 
 
 def leave() -> None:
     """Leave Ray now, stopping a local one and every trial it still runs (their worker processes are gone once this
     returns: measured). What a stopped grid or search does before it writes its tables: a trial that finished while
     Ray stopped beside the writing was on disk but missing from the table the driver printed."""
-    global _kept
-    _kept = False
+    global _kept, _own_node
+    _kept, _own_node = False, None
     ray.shutdown()
 
 

@@ -4,10 +4,10 @@ reach the bucket it names?
 Since Ray 2.7 Tune copies no trial files between nodes: each trial writes its results, checkpoints and W&B offline
 runs straight into --out, and the driver reads them back (results.csv, the search's tells, resuming). On storage
 that a node does not share, its trials "succeed" and their results are nowhere the driver looks. So the driver writes
-a file with a random token into --out, one task pinned to each alive node reads it back and writes its own, and the
-driver reads those: any mismatch is one line and exit 2, before anything has started. For a bucket
-(storage/out_dir.py), each node checks it with its own credentials and writes a probe object there, which the driver
-reads and deletes.
+a file with a random token into --out, one task pinned to each alive node (but that of a local Ray the driver started
+itself) reads it back and writes its own, and the driver reads those: any mismatch is one line and exit 2, before
+anything has started. For a bucket (storage/out_dir.py), each node checks it with its own credentials and writes a
+probe object there, which the driver reads and deletes.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import ray
 from ray.exceptions import RayError, TaskUnschedulableError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from sweep import cluster
 from sweep.storage import buckets
 from sweep.storage import probes as on_node
 from sweep.storage.out_dir import OutDir
@@ -93,7 +94,9 @@ def _ask_every_node(probe, *args) -> list[tuple[dict, str | None]]:
     """Run probe(*args, the node's file name) pinned to each alive node: (node, its answer: None, or what is wrong),
     a probe that did not answer within ANSWER_S first. A node that left since ray.nodes() listed it (Ray takes seconds
     to notice) is skipped: no trial goes there."""
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != cluster.own_node()]
+    if not nodes:
+        return []  # a local Ray this process started, alone
     pending = {probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                .remote(*args, _node_file(n)): n for n in nodes}
     ready, late = ray.wait(list(pending), num_returns=len(pending), timeout=ANSWER_S)

@@ -12,8 +12,8 @@ from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from tests.e2e.conftest import alive, scrubbed_environ
 
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
-# Starts the local Ray as a verb does, runs one task (so a worker is up too), prints what the test needs, then keeps
-# Ray up until its stdin closes.
+# Starts the local Ray as a verb does, runs one task (so a worker is up too) and the storage check, prints what the
+# tests need, then keeps Ray up until its stdin closes.
 DRIVER = """
 import json, os, sys, tempfile
 import ray
@@ -29,8 +29,18 @@ def open_a_wandb_run():
     return trainable.INHERITED_WANDB_SERVICE
 
 inherited = ray.get(open_a_wandb_run.remote())
+
+from pathlib import Path
+from sweep import preflight
+preflight.on_node.directory_probe = None  # what the check would run on a node: asking one fails now
+try:
+    preflight.check_shared_storage(Path(tempfile.mkdtemp()) / "out")
+    asked = False
+except AttributeError:
+    asked = True
 print(json.dumps({"gcs": ray.get_runtime_context().gcs_address, "worker_inherited": inherited,
-                  "driver_service": os.environ.get("WANDB_SERVICE")}), flush=True)
+                  "driver_service": os.environ.get("WANDB_SERVICE"), "storage_check_asked_a_node": asked}),
+      flush=True)
 sys.stdin.read()
 """
 # What W&B sets in a process that has used it (a notebook's kernel) to share its service with its children, Ray's
@@ -91,3 +101,10 @@ def test_a_trial_opens_its_wandb_runs_in_a_service_of_its_own(local_ray):
     member could not open it again. Here the inherited service is gone, so a run opened there would fail."""
     seen, _, _ = local_ray
     assert seen["driver_service"] == WANDB_SERVICE and seen["worker_inherited"] == WANDB_SERVICE
+
+
+def test_the_storage_check_asks_nothing_of_a_local_ray_the_driver_started(local_ray):
+    """Its one node is the driver's own machine, its processes the driver's children: what the driver wrote, they
+    read. A task there would be a worker's time on every grid and search run without an address."""
+    seen, _, _ = local_ray
+    assert seen["storage_check_asked_a_node"] is False

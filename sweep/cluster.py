@@ -78,6 +78,20 @@ def leave() -> None:
     ray.shutdown()
 
 
+def run_then_write(train: Callable[[], None], write: Callable[[], T], so_far: Callable[[T], str]) -> T:
+    """A grid's or search's `train`, then `write` (its tables and report), whose result it returns; a crash or a stop
+    by hand writes what finished all the same, a stop raising stopping.Stopped with `so_far(written)`."""
+    try:
+        train()
+    except KeyboardInterrupt as stop:
+        leave()  # first: no trial finishes while the results are read
+        raise stopping.Stopped(so_far(write())) from stop
+    except BaseException:
+        disconnect_while(write)
+        raise
+    return finish(write)
+
+
 def finish(work: Callable[[], T]) -> T:
     """After a run that ended normally (every trial done): `work` (its tables and report), leaving Ray beside it
     (disconnect_while), or with Ray left up where this process keeps its local Ray for the next run."""

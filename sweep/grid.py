@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from dashboards import report
-from sweep import cluster, packing, preflight, space, stopping, tuner
+from sweep import cluster, packing, preflight, space, tuner
 from sweep.storage.out_dir import OutDir
 from trainables import config
 from trainables.io import atomic_write, claim_out, create_out, read_json
@@ -38,16 +38,9 @@ def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_a
 
     create_out(out.local, resolved)
     errors = {}
-    try:
-        errors = tuner.run(base, sweep, packs, out, summary=lambda: _generalized(out.local))
-    except KeyboardInterrupt as stop:  # what finished is in results.csv and the report, and shown
-        cluster.leave()  # first: no trial finishes while the results are read
-        frame = write_results(out, points, errors)
-        raise stopping.Stopped(summary(base, sweep, frame, out, so_far=True)) from stop
-    except BaseException:  # a crash: what finished is in results.csv and the report all the same
-        cluster.disconnect_while(lambda: write_results(out, points, errors))
-        raise
-    return out, cluster.finish(lambda: write_results(out, points, errors))
+    train = lambda: errors.update(tuner.run(base, sweep, packs, out, summary=lambda: _generalized(out.local)))
+    return out, cluster.run_then_write(train, lambda: write_results(out, points, errors),
+                                       lambda frame: summary(base, sweep, frame, out, so_far=True))
 
 
 def summary(base: config.Config, sweep: space.SweepConfig, frame: pd.DataFrame, out: OutDir,

@@ -14,7 +14,7 @@ import optuna
 import pandas as pd
 
 from dashboards import figures, report, search_wandb
-from sweep import cluster, preflight, stopping
+from sweep import cluster, preflight
 from sweep.search import loop, samplers, studies, tables
 from sweep.search.config import RENAMED_SAMPLERS, SearchConfig, note
 from sweep.storage import buckets
@@ -60,16 +60,9 @@ def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: s
     out.sync()
     storage = storage or studies.storage_for(storage_url, out.local.resolve())
     opened = {sl.study_name: studies.open_study(sl, search, storage, experiment, key) for sl in all_slices}
-    try:
-        loop.run(base, search, all_slices, opened, out, extend)
-    except KeyboardInterrupt as stop:  # what finished is in the tables and the report, and shown
-        cluster.leave()  # first: no seed finishes while the tables are counted
-        table = _write_tables_and_report(out, base, search, opened, all_slices)
-        raise stopping.Stopped(summary(base, search, table, out, so_far=True)) from stop
-    except BaseException:  # a crash: what finished is in the tables and the report all the same
-        cluster.disconnect_while(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
-        raise
-    return out, cluster.finish(lambda: _write_tables_and_report(out, base, search, opened, all_slices))
+    return out, cluster.run_then_write(lambda: loop.run(base, search, all_slices, opened, out, extend),
+                                       lambda: _write_tables_and_report(out, base, search, opened, all_slices),
+                                       lambda table: summary(base, search, table, out, so_far=True))
 
 
 def _answered(base, search: SearchConfig, storage, all_slices: list, out: OutDir) -> pd.DataFrame | None:

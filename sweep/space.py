@@ -119,11 +119,9 @@ def points(base: config.Config, sweep: SweepConfig) -> list[dict[str, Any]]:
     if not sweep.seeds or len(set(sweep.seeds)) != len(sweep.seeds):
         raise ConfigError("sweep.seeds", "needs at least one seed, each once")
 
-    result = []
-    for combo in itertools.product(*value_lists):
-        point = dict(zip(keys, combo))
-        if all(check(point) for check in checks):
-            result += [point | {"seed": seed} for seed in sweep.seeds]
+    combos = (dict(zip(keys, combo)) for combo in itertools.product(*value_lists))
+    result = [point | {"seed": seed} for point in combos if all(check(point) for check in checks)
+              for seed in sweep.seeds]
     if not result:
         raise ConfigError("sweep.constraints", "no point of the axes satisfies every constraint")
     base_dict = config.to_dict(base)

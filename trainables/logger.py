@@ -164,7 +164,6 @@ class WandbSink:
         import wandb  # here, not at the top: logging.wandb=false must import nothing from wandb
 
         self.wandb, self.cfg = wandb, cfg
-        out_dir = Path(out_dir).resolve()
         run_id, resume = _run_id(out_dir / "wandb", resume)
         self.run = wandb.init(
             project=cfg.logging.project, entity=cfg.logging.entity or None, group=cfg.name, job_type=job_type,

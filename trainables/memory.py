@@ -158,9 +158,8 @@ def available(device: str) -> int:
     """Bytes the device can still allocate: free GPU memory, or the kernel's MemAvailable (within a cgroup limit)."""
     if device == "cuda":
         return torch.cuda.mem_get_info()[0]
-    free = _meminfo_available()
-    limit = _cgroup_room()
-    return min(free, limit) if limit is not None else free
+    free, limit = _meminfo_available(), _cgroup_room()
+    return free if limit is None else min(free, limit)
 
 
 def check(cfg) -> None:

@@ -129,9 +129,8 @@ def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
 def scored(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(S, N) logits and (S,) targets at the S positions the batch scores (its query, or where loss_mask); a
     continuous task's (S, d_out) predictions and (S, d_out) targets."""
-    if batch.query is not None:  # the model ran at the query only: logits (B, N)
-        return logits, batch.scored_targets()
-    return logits[batch.loss_mask], batch.scored_targets()
+    at_scored = logits if batch.query is not None else logits[batch.loss_mask]  # at the query only: logits (B, N)
+    return at_scored, batch.scored_targets()
 
 
 def loss_and_accuracy(logits: torch.Tensor, targets: torch.Tensor, prefix: str) -> dict[str, float]:

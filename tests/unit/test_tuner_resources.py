@@ -2,6 +2,8 @@
 anything starts; an address that is no cluster's, a local Ray without token auth; leaving Ray while work goes on, and
 when a local Ray is kept for the next run (the Python API)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from sweep import cluster as ray_cluster
@@ -99,6 +101,9 @@ class FakeRay:
         self.calls.append(("shutdown",))
         self.up = False
 
+    def get_runtime_context(self):
+        return SimpleNamespace(get_node_id=lambda: "the local node")
+
 
 @pytest.fixture
 def fake_ray(monkeypatch):
@@ -108,6 +113,7 @@ def fake_ray(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(ray_cluster, "_keep_local", False)
     monkeypatch.setattr(ray_cluster, "_kept", False)
+    monkeypatch.setattr(ray_cluster, "_own_node", None)
     return ray
 
 
@@ -125,7 +131,9 @@ def test_the_python_api_keeps_its_local_ray_for_the_next_run_but_not_after_a_sto
     ray_cluster.connect(None)  # the next cell: the same Ray
     ray_cluster.finish(lambda: None)
     assert fake_ray.calls == [("local",)] and fake_ray.up
+    assert ray_cluster.own_node() == "the local node"  # the storage check asks nothing of it
     ray_cluster.connect("10.0.0.1:6379")  # a run for a cluster leaves the kept local Ray first
+    assert ray_cluster.own_node() is None  # every node of a cluster is asked
     ray_cluster.finish(lambda: None)  # and leaves the cluster when it ends
     ray_cluster.connect(None)
     ray_cluster.leave()  # a stopped run: Ray goes, kept or not

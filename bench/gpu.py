@@ -7,7 +7,8 @@ dispatched and host syncs per step (trainables/op_count.py).
 On the GPU machine, from the repository root (torch, numpy and PyYAML are there; omegaconf, antlr4 and tqdm come as
 pure-Python wheels in .whl/, which git ignores; no Ray, Optuna or W&B is needed), about 5 minutes on an H100, under 8:
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && PYTHONUNBUFFERED=1 timeout 470 python3 bench/gpu.py --out $OUT
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && PYTHONUNBUFFERED=1 timeout 470 python3 bench/gpu.py --out $OUT
 
 and in the test suite on the CPU, in seconds (P = 1, 2; no CUDA graphs there): `.venv/bin/python bench/gpu.py --tiny`.
 

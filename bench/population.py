@@ -98,8 +98,8 @@ def main() -> None:
           f"{per_member_step * configured * n_points / 60:.1f} min at its {configured} (early stopping ends most "
           "sooner)")
     if not MODELS[cfgs[0].model.name].vectorize:
-        print(f"({cfgs[0].model.name} does not vectorize (ModelSpec.vectorize): Ray trials train its packed members one "
-              "after another, as fast as one by one; the population above is what vmapping them would do)")
+        print(f"({cfgs[0].model.name} does not vectorize (ModelSpec.vectorize): Ray trials train its packed members "
+              "one after another, as fast as one by one; the population above is what vmapping them would do)")
     print(f"speedup={alone / packed:.2f}")
 
 

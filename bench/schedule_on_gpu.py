@@ -3,7 +3,8 @@ packed population of 8 trigger-copy transformers read nothing back to the host (
 "error"), and three packed members end where each ends alone on the GPU and alone on the CPU.
 
 On the GPU machine (PyTorch only; omegaconf and tqdm from .whl/, as bench/gpu.py):
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && python3 bench/schedule_on_gpu.py
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && python3 bench/schedule_on_gpu.py
 On the CPU (tests/unit/test_gpu_bench.py runs it so, small): python bench/schedule_on_gpu.py --device cpu --steps 20
 """
 import argparse

@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="headsweep", description=__doc__.splitlines()[0])
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
-    train = verbs.add_parser("train", help="train one model and write config.yaml, metrics.jsonl, result.json, attention.npz")
+    train = verbs.add_parser("train", help="train one model and write config.yaml, metrics.jsonl, result.json, "
+                                           "attention.npz")
     train.add_argument("config", help="YAML file in configs/ (its keys override the schema's defaults)")
     train.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. seed=1 eval.every=100")
     train.add_argument("--out", required=True, type=Path, help="output directory (created; re-running resumes)")
@@ -99,7 +100,8 @@ def run() -> None:
     """The `headsweep` command: main(), then exit without the interpreter's teardown of the modules it imported, which
     for torch and Ray takes 0.7 s after every command (measured; 0.04 s without it). What that teardown does that
     matters is done first: other non-daemon threads joined, exit handlers run (Ray's, W&B's, logging's), output
-    flushed. Every file headsweep writes is closed before main() returns. An exception or SystemExit ends the usual way."""
+    flushed. Every file headsweep writes is closed before main() returns. An exception or SystemExit ends the usual
+    way."""
     code = main()
     # What the interpreter does first at exit: threading's own exit hooks, which tell idle ThreadPoolExecutor workers to
     # stop (torch.compile leaves some), then every non-daemon thread joined. Joining them without the hooks waited

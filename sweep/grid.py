@@ -25,8 +25,8 @@ def run(base: config.Config, sweep: space.SweepConfig, points: list[dict], out_a
         address: str | None) -> tuple[OutDir, pd.DataFrame]:
     """Run (or resume) the grid of a loaded config (space.load_sweep) into `out_arg` (a directory or an s3:// place:
     storage/out_dir.py); the output place and the results (results.csv's frame). What the CLI and headsweep.grid
-    both call. Bad input raises ConfigError before anything is written; an interrupt (KeyboardInterrupt) propagates once what
-    finished is written (results.csv, the report), and running again on the same place resumes."""
+    both call. Bad input raises ConfigError before anything is written; an interrupt (KeyboardInterrupt) propagates once
+    what finished is written (results.csv, the report), and running again on the same place resumes."""
     resolved = config.to_yaml(base, sweep=sweep)
     out = OutDir.open(out_arg)
     claim_out(out.local, resolved, *config.to_yaml_as_written_before(base, sweep=sweep))

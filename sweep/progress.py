@@ -4,7 +4,8 @@
 
 Members trained (of the total, for a grid, which then adds an ETA), packs (Ray Tune trials) running and failed for
 good, members trained per minute since this run started (always that one unit), and the sweep's summary: a search's
-round and settled slices, a grid's count of members that generalize OOD. The README's glossary, "The main job", explains each.
+round and settled slices, a grid's count of members that generalize OOD. The README's glossary, "The main job", explains
+each.
 
 On a terminal the line is rewritten in place. In a Jupyter notebook (hs.grid, hs.search in a cell) it is tqdm's
 notebook progress bar with the same line beside it; without ipywidgets, which that bar is drawn with, the line is

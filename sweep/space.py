@@ -70,13 +70,15 @@ class RunConfig:
 @dataclass
 class SweepConfig(RunConfig):
     axes: list[AxisConfig] = field(default_factory=list)
-    constraints: list[str] = field(default_factory=list)  # "A op B": A, B sums of swept keys and numbers; < <= > >= == !=
+    constraints: list[str] = field(default_factory=list)  # "A op B": A, B sums of swept keys and numbers;
+    # < <= > >= == !=
     seeds: list[int] = field(default_factory=lambda: [0])
     phase_diagram: PhaseDiagramConfig = field(default_factory=PhaseDiagramConfig)
 
 
 MAX_ID = 120  # characters of a trial directory name
-_COMPARE = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
+_COMPARE = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt,
+            ">": operator.gt}
 _CONSTRAINT = re.compile(r"^(.+?)(<=|>=|==|!=|<|>)(.+)$")
 _TERM = re.compile(r"\s*([+-]?)\s*([A-Za-z_][\w.]*|\d+(?:\.\d+)?)\s*")
 
@@ -87,7 +89,8 @@ def load_sweep(path: str | Path, overrides: list[str]) -> tuple[config.Config, S
     sweep.validate_run("sweep")
     require(("sweep.stop.decided", not sweep.stop.decided, "is for searches: a grid has no candidates to decide"))
     result = points(base, sweep)
-    keys, diagram = [axis.key for axis in sweep.axes], sweep.phase_diagram  # resolved, so config.yaml says what it draws
+    # resolved, so config.yaml says what it draws
+    keys, diagram = [axis.key for axis in sweep.axes], sweep.phase_diagram
     diagram.x = diagram.x or keys[0]
     diagram.y = diagram.y or (keys[1] if len(keys) > 1 else "")
     diagram.metric = diagram.metric or task_of(base).success_metric

@@ -4,8 +4,8 @@ against the contracts the rest of headsweep relies on. A plugin that breaks one 
 
 Checked once per (task, model) pair in a process (`check`, from config validation): `sample()` of every split
 returns a Batch of the right shapes, dtypes and ranges, and so does the task's batch_sampler for a pack of two (no
-wider than its batch_width); the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the right
-shape; an evaluation reports the task's success metric and only numbers, and so does the task's summary of a run.
+wider than its batch_width); the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the
+right shape; an evaluation reports the task's success metric and only numbers, and so does the task's summary of a run.
 
 The same run, with the final readout, names the final metrics a trial of the config reports (`reported_metrics`:
 what train() returns, held equal to it by tests/unit/test_dry_run.py), so that a search refuses a misspelt success

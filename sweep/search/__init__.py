@@ -28,8 +28,8 @@ from trainables.tasks import task_of
 def run(base: config.Config, search: SearchConfig, out_arg: str, study_prefix: str | None, storage_url: str | None,
         extend: int, address: str | None) -> tuple[OutDir, pd.DataFrame]:
     """Run (or resume, or extend) the search of a loaded config (load_search) into `out_arg` (a directory or an s3://
-    place: storage/out_dir.py); the output place and the per-slice table (min_diversity.csv's, or best.csv's). What the CLI
-    and headsweep.search both call. Several processes may run it at once on the same studies (same --out, or one
+    place: storage/out_dir.py); the output place and the per-slice table (min_diversity.csv's, or best.csv's). What the
+    CLI and headsweep.search both call. Several processes may run it at once on the same studies (same --out, or one
     --storage): they share the work. Bad input raises ConfigError before anything is written; an interrupt
     (KeyboardInterrupt) propagates once what finished is written (the tables, the report), and running again resumes."""
     if extend < 0:

@@ -55,7 +55,8 @@ class SuccessConfig:
     rate: float = 0.5  # q: the answer is the smallest knob value whose seeds pass with probability >= q
     confidence: float = 0.95  # of the interval [low, high] around K*_q
     seeds: list[int] = field(default_factory=lambda: [0])  # bisection, exhaustive, tpe: the seeds of each evaluation
-    min_seeds: int = 1  # bisection, exhaustive, tpe: m of n = len(seeds); re-checks pool their seeds and need the same rate
+    min_seeds: int = 1  # bisection, exhaustive, tpe: m of n = len(seeds); re-checks pool their seeds
+    # and need the same rate
 
     def margin(self, value) -> float:
         """How far a seed's value lies on the successful side of the threshold (>= 0: it succeeds; -inf: missing)."""
@@ -90,7 +91,8 @@ class SearchConfig(RunConfig):
     tpe: TpeConfig = field(default_factory=TpeConfig)  # the tpe sampler's own settings
     reference: dict[str, Any] = field(default_factory=dict)  # config keys evaluated once per slice beside the search,
     # e.g. the theory's optimal distribution, with the success seeds; reported next to the best found
-    per_round: int = 1  # candidates a study asks per round (tpe and exhaustive; threshold and bisection ask one at a time)
+    per_round: int = 1  # candidates a study asks per round (tpe and exhaustive; threshold and
+    # bisection ask one at a time)
     guide: GuideConfig = field(default_factory=GuideConfig)  # threshold, bisection: where to probe first, from other
     # slices' verdicts (sweep/search/guide.py)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
@@ -246,9 +248,11 @@ def _require_valid(base: config.Config, search: SearchConfig) -> None:
             (f"{where}.high", param.high > param.low, "must be > low"),
             (f"{where}.low", not param.log or param.low > 0, "must be > 0 on a log scale"),
             (f"{where}.size", param.size >= 0, "must be >= 0"),
-            (f"{where}.when", set(param.when) <= set(slice_keys), f"may only name slice keys ({', '.join(slice_keys)})"),
+            (f"{where}.when", set(param.when) <= set(slice_keys),
+             f"may only name slice keys ({', '.join(slice_keys)})"),
         ]
-    checks += [(f"search.reference.{key}", is_key(key), "is not a key of the training config") for key in search.reference]
+    checks += [(f"search.reference.{key}", is_key(key), "is not a key of the training config")
+               for key in search.reference]
     require(*checks)
     if not sampler.judged_by_candidate:  # K*_q's tests; rate and confidence are valid here
         needed = seeds_to_decide(success.rate, success.confidence)

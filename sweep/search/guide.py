@@ -1,11 +1,11 @@
 """Verdicts carried between slices of a threshold search through a diversity measure of the config (search.guide).
 
 For trigger copy, Theorem 5 (SPEC §1) says the one-step model's OOD success is decided by the max-sum ratio R, up to
-constants that depend on N_trg but not on l_min. So a width that generalized at l_min = 5 with R = 0.3 predicts that, at l_min = 7,
-every width with R <= 0.3 generalizes too, and a failure at R = 0.35 predicts failures at R >= 0.35. The threshold
-sampler uses such predictions only to choose where to probe: each slice's answer still rests on its own evaluations,
-so a wrong prediction costs evaluations, never correctness. (The threshold sampler takes them as pseudo-observations
-that only shape where it expects outcomes: allocation.py.)
+constants that depend on N_trg but not on l_min. So a width that generalized at l_min = 5 with R = 0.3 predicts that, at
+l_min = 7, every width with R <= 0.3 generalizes too, and a failure at R = 0.35 predicts failures at R >= 0.35. The
+threshold sampler uses such predictions only to choose where to probe: each slice's answer still rests on its own
+evaluations, so a wrong prediction costs evaluations, never correctness. (The threshold sampler takes them as
+pseudo-observations that only shape where it expects outcomes: allocation.py.)
 """
 from __future__ import annotations
 

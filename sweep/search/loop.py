@@ -36,8 +36,8 @@ POLL_S = 2.0  # while other drivers train what is left, look at the studies agai
 
 def verdict_rule(search: SearchConfig, first: int = 0):
     """point -> the rule its member is judged and stopped by (sweep/verdicts.py, search.stop): the search's
-    success, and with stop.decided (bisection, exhaustive, tpe) its candidate's seeds as one group (the point without its
-    seed, and which block of Sampler.seeds it is: a re-evaluation is a group of its own). None for every point when
+    success, and with stop.decided (bisection, exhaustive, tpe) its candidate's seeds as one group (the point without
+    its seed, and which block of Sampler.seeds it is: a re-evaluation is a group of its own). None for every point when
     nothing could stop (no streak, no group of several seeds)."""
     success, stop = search.success, search.stop
     decided = stop.decided and samplers.kind(search).judged_by_candidate
@@ -89,9 +89,9 @@ def rounds(base: config.Config, search: SearchConfig, all_slices: list[Slice], s
     other drivers train the rest yields [] (look again later).
 
     extend adds that many completed trials to each slice's budget (seed trainings for the threshold sampler) and to
-    the total, beyond what is done already; a converged bisection or exhaustive study has nothing left to ask, so extending
-    it changes nothing, and neither does extending a threshold study whose interval is already narrow enough (a
-    smaller search.threshold.resolution asks for more). The reference points (if any) train in the first round. With
+    the total, beyond what is done already; a converged bisection or exhaustive study has nothing left to ask, so
+    extending it changes nothing, and neither does extending a threshold study whose interval is already narrow enough
+    (a smaller search.threshold.resolution asks for more). The reference points (if any) train in the first round. With
     a guide, verdicts flow between studies round by round, so a driver killed mid-round must not let a resumed search
     mix rounds: each round's studies are written down before they ask (ROUND_PLAN), and a resumed search first re-runs
     the interrupted round for those that were not told.
@@ -177,7 +177,8 @@ ROUND_PLAN = "search_round.json"  # a guided search's round in progress: its num
 
 
 def latest_round(studies: dict) -> int:
-    return max((t.user_attrs.get("round", 0) for s in studies.values() for t in s.get_trials(deepcopy=False)), default=0)
+    return max((t.user_attrs.get("round", 0) for s in studies.values() for t in s.get_trials(deepcopy=False)),
+               default=0)
 
 
 def interrupted_round(out: Path, studies: dict) -> tuple[int, list[str]] | None:

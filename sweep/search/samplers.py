@@ -195,7 +195,8 @@ class Tpe(Sampler):
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.TPESampler(seed=self.seed, multivariate=self.several,
                                               constant_liar=self.per_round > 1,
-                                              n_startup_trials=TPE_STARTUP if self.several else min(5, len(self.values)))
+                                              n_startup_trials=TPE_STARTUP if self.several
+                                              else min(5, len(self.values)))
 
     def next(self, trials, budget, predicted=None):
         """{} while the budget lasts: TPE chooses every param inside study.ask, from the trials it sees there."""

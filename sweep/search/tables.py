@@ -133,8 +133,9 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
 
 def add_stopped_seeds(pooled: dict, study, sl: Slice, search: SearchConfig, out: Path) -> None:
     """Add to `pooled` (bisection.evidence's) the seeds that finished in evaluations whose driver stopped before it
-    told them (failed as zombies: owners.py), read from their result.json, judged as loop.tell judges them (SuccessConfig.seed_margins); a seed
-    another evaluation asked again is that one's, and one stopped twice counts once."""
+    told them (failed as zombies: owners.py), read from their result.json, judged as loop.tell judges them
+    (SuccessConfig.seed_margins); a seed another evaluation asked again is that one's, and one stopped twice counts
+    once."""
     stopped, trials = owners.zombies(study), study.get_trials(deepcopy=False)
     counted = {(t.params.get(search.knob.key), seed) for t in trials if t.number not in stopped
                and t.state.name in ("COMPLETE", "RUNNING") for seed in t.user_attrs.get("seed_list", ())}

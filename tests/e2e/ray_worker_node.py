@@ -1,8 +1,8 @@
 """`python ray_worker_node.py GCS_ADDRESS NUM_CPUS TEMP_DIR`: a second Ray node joins a loopback-only head and blocks.
 
 What `ray start --address=GCS_ADDRESS --block` does for a worker node (the same ray._private.node.Node call), on
-127.0.0.1. The CLI itself cannot do it: with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (the variable that keeps every server on
-loopback) it refuses to start a worker node, and without it it rewrites 127.0.0.1 to the machine's routable IP, both
+127.0.0.1. The CLI itself cannot do it: with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (the variable that keeps every server
+on loopback) it refuses to start a worker node, and without it it rewrites 127.0.0.1 to the machine's routable IP, both
 for the GCS address it dials and for the node's own servers (which then listen on every interface). Run it with the
 head's client environment (RAY_AUTH_MODE=token, the token, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0) in its own session;
 stop it by signalling that session's processes (tests/e2e/conftest.py::stop_node).

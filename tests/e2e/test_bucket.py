@@ -249,7 +249,8 @@ def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres,
         finally:
             kill(second)
         actors = head.json("/api/v0/actors?limit=1000")["data"]["result"]["result"]
-        assert any(a["class_name"] == "ImplicitFunc" and a["node_id"] == node.node_id for a in actors)  # trials ran there
+        assert any(a["class_name"] == "ImplicitFunc" and a["node_id"] == node.node_id
+                   for a in actors)  # trials ran there
     finally:
         assert not stop_node(node)
     keys = s3.keys(prefix)

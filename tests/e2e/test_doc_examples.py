@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README, API = ROOT / "README.md", ROOT / "docs" / "API.md"
 REPEAT = ROOT / "tests" / "plugins" / "repeat.py"
 ELIDED_FIELDS = '    name: str = "repeat"\n    ...\n'
-ELIDED_HOOKS = "    ...                       # validate, dims, batch_sampler, eval_splits: docs/EXTENDING.md section 2\n"
+ELIDED_HOOKS = ("    ...                       # validate, dims, batch_sampler, eval_splits: "
+                "docs/EXTENDING.md section 2\n")
 
 # What each block's comments promise, checked in the same process right after it.
 CHECKS = {

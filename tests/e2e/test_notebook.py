@@ -139,8 +139,8 @@ def test_the_output_directories_read_back_here(executed):
 
 def test_a_search_stopped_from_the_notebook_shows_the_table_so_far_and_keeps_what_finished(tmp_path):
     """The notebook's stop button (an interrupt to the kernel) during hs.search: the cell shows the table so far
-    (unfinished slices marked) and ends with a KeyboardInterrupt (Stopped), the kernel lives on, and every seed that finished is
-    in the directory, read back by hs.load, none of them marked failed."""
+    (unfinished slices marked) and ends with a KeyboardInterrupt (Stopped), the kernel lives on, and every seed that
+    finished is in the directory, read back by hs.load, none of them marked failed."""
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "configs").symlink_to(ROOT / "configs")
     out = tmp_path / "work" / "runs" / "stopped"

@@ -1,4 +1,5 @@
-"""`ray job submit` against a real head with token auth: blocking, --no-wait + polling, and refusal without the token."""
+"""`ray job submit` against a real head with token auth: blocking, --no-wait + polling, and refusal without the
+token."""
 import json
 import subprocess
 import sys
@@ -49,7 +50,8 @@ def test_no_wait_submit_then_status_and_logs(ray_head, monkeypatch):
 
 def test_a_driver_outside_the_cluster_connects_with_the_fixture_env(ray_head):
     # What `headsweep grid` run directly on the head machine (not as a job) would do: ray.init() via RAY_ADDRESS.
-    code = "import ray; ray.init(); print('tasks', ray.get(ray.remote(lambda: 7).remote()), ray.cluster_resources()['CPU'])"
+    code = ("import ray; ray.init(); "
+            "print('tasks', ray.get(ray.remote(lambda: 7).remote()), ray.cluster_resources()['CPU'])")
     proc = subprocess.run([sys.executable, "-c", code], env=ray_head.client_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=JOB_TIMEOUT_S)
     assert proc.returncode == 0 and "tasks 7 2.0" in proc.stdout, proc.stdout

@@ -191,7 +191,8 @@ def stop_slurm(slurm: Slurm) -> list[str]:
         except ProcessLookupError:
             pass
         process.wait(timeout=20)
-    # Expected: nothing (slurmstepd and the jobs' processes ended with the jobs). Whatever is there is killed, and named.
+    # Expected: nothing (slurmstepd and the jobs' processes ended with the jobs). Whatever is there is killed, and
+    # named.
     left = alive(psutil.wait_procs(marked(str(slurm.base)) + mentioning(str(slurm.base)), timeout=10)[1])
     survivors = [describe(p) for p in left]
     for p in left:

@@ -97,7 +97,8 @@ def assert_tiny_search_answers(config_text: str, metric: str, tmp_path: Path) ->
     [answer] = pd.read_csv(out / "min_diversity.csv").to_dict("records")
     curve = pd.read_csv(out / "success_curve.csv")
     assert answer["seeds"] == len(trials) == curve["trained"].sum()
-    order = list(curve[yaml.safe_load((out / "config.yaml").read_text())["search"]["knob"]["key"]])  # less diverse first
+    # less diverse first
+    order = list(curve[yaml.safe_load((out / "config.yaml").read_text())["search"]["knob"]["key"]])
     rank = lambda column: math.inf if pd.isna(answer[column]) else order.index(answer[column])  # blank: past the widest
     assert rank("diversity_star_low") <= rank("diversity_star") <= rank("diversity_star_high")
     if not (trials["feasible"] == True).any():  # noqa: E712 (a column of True, False and NaN)

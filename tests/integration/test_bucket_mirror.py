@@ -61,7 +61,8 @@ def test_a_mirror_pushes_what_changed_deletes_what_went_and_pulls_what_is_newer(
     (there.local / "trials" / "stale" / "result.json").write_text("{}")
     assert there.pull(skip=lambda path: path.name == "config.yaml", prune=True) == 1
     assert (there.local / "trials" / "a" / "metrics.jsonl").read_text().count("step") == 2
-    assert not (there.local / "config.yaml").exists() and not (there.local / "trials" / "stale" / "result.json").exists()
+    assert not (there.local / "config.yaml").exists() and \
+        not (there.local / "trials" / "stale" / "result.json").exists()
     assert there.pull() == 1  # only the file the skip held back
 
 

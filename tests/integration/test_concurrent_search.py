@@ -50,7 +50,8 @@ def assert_shared_without_duplicates(out: Path, single: Path, procs: list[subpro
     for proc in procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout.splitlines()[-4:] == procs[0].stdout.splitlines()[-4:], \
-            f"the drivers printed different answers:\n{procs[0].stdout[-1500:]}\n---\n{proc.stdout[-1500:]}"  # both whole
+            (f"the drivers printed different answers:\n{procs[0].stdout[-1500:]}\n---\n"
+             f"{proc.stdout[-1500:]}")  # both whole
     assert answer(out).equals(answer(single))  # n_trials included: no evaluation more than alone
     trials = pd.read_csv(out / "trials.csv")
     assert not trials.duplicated(["study", "candidate", "seed"]).any() and (trials["state"] == "COMPLETE").all()

@@ -52,7 +52,8 @@ WANDB_SERVICE = "3-1-tcp-localhost-9"
 def local_ray(tmp_path_factory):
     """A process that called cluster.connect(None), with a HOME of its own (the token Ray makes lands there)."""
     home = tmp_path_factory.mktemp("home")
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER], env={**scrubbed_environ(), "HOME": str(home), "WANDB_SERVICE": WANDB_SERVICE},
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER],
+                              env={**scrubbed_environ(), "HOME": str(home), "WANDB_SERVICE": WANDB_SERVICE},
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
     ray_processes = []
     try:

@@ -72,7 +72,8 @@ def test_a_different_config_on_the_same_out_is_refused(debug_run):
 
 
 def test_usage_errors_are_one_line_exit_2(tmp_path):
-    for args in (["train", CONFIGS / "debug.yaml"], ["fly"], ["train", tmp_path / "missing.yaml", "--out", tmp_path / "o"]):
+    for args in (["train", CONFIGS / "debug.yaml"], ["fly"],
+                 ["train", tmp_path / "missing.yaml", "--out", tmp_path / "o"]):
         proc = headsweep(*args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "o").exists()

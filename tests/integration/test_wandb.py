@@ -406,7 +406,8 @@ def test_report_of_something_else_is_one_line_exit_2_and_writes_nothing(tmp_path
 @pytest.mark.parametrize("files, kind", [(["result.json"], "train"), (["metrics.jsonl"], "train"),
                                          (["results.csv", "trials/a/metrics.jsonl"], "grid"),
                                          (["trials/a/metrics.jsonl"], "grid"),  # a grid still running
-                                         (["trials.csv", "min_diversity.csv"], "search"), (["study.journal"], "search")])
+                                         (["trials.csv", "min_diversity.csv"], "search"),
+                                         (["study.journal"], "search")])
 def test_report_tells_the_verb_from_the_files_it_finds(tmp_path, files, kind):
     from dashboards.report import detect
 

@@ -299,7 +299,8 @@ def test_search_returns_its_table_members_curve_and_studies(tmp_path, no_ray, fa
     assert isinstance(found.success_curves(), Figure)
     assert "K*_q [interval]" in repr(found) and "seeds" in repr(found)
     loaded = hs.load(tmp_path / "search")
-    assert loaded.table.equals(found.table) and loaded.members.equals(found.members) and loaded.curve.equals(found.curve)
+    assert loaded.table.equals(found.table) and loaded.members.equals(found.members) and \
+        loaded.curve.equals(found.curve)
     with pytest.warns(DeprecationWarning, match="SearchResult.members"):  # its name before: a public name moved
         assert found.trials is found.members
 

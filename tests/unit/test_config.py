@@ -108,7 +108,8 @@ def test_compiling_without_a_compiler_is_refused_and_auto_runs_eagerly(monkeypat
 
 
 def test_cuda_graphs_are_refused_off_a_gpu():
-    assert error_of("optim.compile=reduce-overhead").reason.startswith("reduce-overhead replays the step as CUDA graphs")
+    assert error_of("optim.compile=reduce-overhead").reason.startswith(
+        "reduce-overhead replays the step as CUDA graphs")
 
 
 def test_rotary_needs_an_even_key_width():

@@ -1,6 +1,7 @@
 """search.guide: verdicts carried between slices through R, with a fake executor (real Optuna journal storage, no
 Ray): same answers as unguided bisection in fewer evaluations, pilots first, and a kill at any point of a round's
-asks or tells resumes to exactly the uninterrupted sequence of evaluations (the fake executor of tests/unit/conftest.py)."""
+asks or tells resumes to exactly the uninterrupted sequence of evaluations (the fake executor of
+tests/unit/conftest.py)."""
 import optuna
 import pytest
 

@@ -221,7 +221,8 @@ def test_power_with_non_finite_exponent_raises_config_error():
 
 
 def test_power_with_large_exponent_is_a_distribution_or_a_config_error():
-    """A large finite exponent either gives a proper distribution (finite, sums to 1) or a ConfigError, never a crash."""
+    """A large finite exponent either gives a proper distribution (finite, sums to 1) or a ConfigError, never a
+    crash."""
     try:
         q = distribution(LengthsConfig(family="power", low=3, high=15, exponent=1000.0), n_triggers=4)
     except ConfigError:

@@ -53,7 +53,8 @@ def test_media_at_the_configured_cadence_and_at_the_end(tmp_path):
 def test_mid_run_media_leave_the_result_unchanged():
     overrides = ["optim.max_steps=100", "eval.every=25", "task.n_pairs_per_cell=1"]
     plain = train(config.load(CONFIGS / "debug.yaml", overrides)).metrics
-    with_media = train(config.load(CONFIGS / "debug.yaml", overrides + ["logging.media_every=1"]), Logger(RecordingSink())).metrics
+    with_media = train(config.load(CONFIGS / "debug.yaml", overrides + ["logging.media_every=1"]),
+                       Logger(RecordingSink())).metrics
     assert {k: v for k, v in plain.items() if k != "seconds"} == {k: v for k, v in with_media.items() if k != "seconds"}
 
 

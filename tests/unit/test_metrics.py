@@ -102,7 +102,8 @@ def test_pseudo_rate_is_nan_without_even_sequences():
 
 
 def test_leftmost_rate_reads_index_l_min_plus_one():
-    """Predicting the token at index l_min + 1 (1-indexed position l_min + 2) gives leftmost rate 1, half of them 1/2."""
+    """Predicting the token at index l_min + 1 (1-indexed position l_min + 2) gives leftmost rate 1, half of them
+    1/2."""
     batch = draw("displaced", 64, seed=4)
     l_min = 3
     predictions = batch.tokens[:, l_min + 1].clone()
@@ -160,7 +161,8 @@ def test_positional_score_only_counts_even_total_length():
     """Positional mass on odd-l1+l2 sequences is ignored; with no even sequence the score is NaN."""
     batch = draw("all_pairs", len(tc.valid_pairs(CFG.max_len)), seed=8)
     even = (batch.info["l1"] + batch.info["l2"]) % 2 == 0
-    attention = attention_on(batch, 2, 1, (batch.info["l1"] + batch.info["l2"]) // 2 + 1, rows=torch.nonzero(even).flatten())
+    attention = attention_on(batch, 2, 1, (batch.info["l1"] + batch.info["l2"]) // 2 + 1,
+                             rows=torch.nonzero(even).flatten())
     assert metrics.mechanism_scores(attention, batch)["mech/positional_score"] == pytest.approx(1.0)
     odd = subset(batch, ~even)
     out = metrics.mechanism_scores(attention[~even], odd)

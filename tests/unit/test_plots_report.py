@@ -226,7 +226,8 @@ def test_a_seed_never_trained_is_blank_in_the_results_and_absent_from_the_galler
     page = build(tmp_path).read_text()
     results = page[page.index("<h2>Results (one row per member)</h2>"):]
     header = re.findall(r"<th>(.*?)</th>", results[:results.index("</thead>")])
-    rows = [dict(zip(header, re.findall(r"<td[^>]*>(.*?)</td>", row))) for row in re.findall(r"<tr>(.*?)</tr>", results)]
+    rows = [dict(zip(header, re.findall(r"<td[^>]*>(.*?)</td>", row)))
+            for row in re.findall(r"<tr>(.*?)</tr>", results)]
     untrained = [row for row in rows if row.get("status") == "verdict_known"]
     assert len(untrained) == 2 and all(row["steps"] == "0" for row in untrained)
     assert all(row[metric] == MISSING for row in untrained for metric in ("ood/acc", "id/acc", "mech/induction_score"))

@@ -30,7 +30,8 @@ def test_what_runs_on_each_node_imports_nothing_heavy():
     function); no trial reuses that worker, so Tune, torch or pandas imported there would be seconds of CPU wasted on
     every grid and search."""
     code = ("import sys; import sweep.storage.probes; "
-            "print(sorted(m for m in ('torch', 'pandas', 'ray.tune', 'optuna', 'scipy', 'matplotlib') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'pandas', 'ray.tune', 'optuna', 'scipy', 'matplotlib') "
+            "if m in sys.modules))")
     heavy = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert heavy == "[]"
     assert preflight.on_node.directory_probe._function.__module__ == "sweep.storage.probes"

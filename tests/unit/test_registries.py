@@ -53,7 +53,8 @@ def test_every_split_samples_a_consistent_batch_and_pads(name):
         B, T = batch.tokens.shape
         assert B == 16 and T <= n_ctx and batch.loss_mask.shape == batch.labels.shape == (B, T)
         if not is_continuous(task):  # token ids, and their targets
-            assert batch.inputs is None and batch.tokens.max() < d_vocab and batch.tokens.min() >= 0 and batch.targets.shape == (B, T)
+            assert batch.inputs is None and batch.tokens.max() < d_vocab and batch.tokens.min() >= 0 and \
+                batch.targets.shape == (B, T)
         else:  # real-valued inputs and targets (d_vocab is the output width)
             assert batch.inputs.shape == (B, T, task.input_width(cfg)) and batch.targets.shape == (B, T, d_vocab)
         assert batch.loss_mask.any(1).all()  # every sequence is scored somewhere

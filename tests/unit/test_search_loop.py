@@ -56,8 +56,8 @@ def test_threshold_search_finds_the_fake_threshold_in_every_slice(tmp_path, fake
 
 
 def test_threshold_search_draws_consecutive_seeds_from_the_configs_seed(tmp_path, fake_width_tune):
-    """seed=S: a slice's seeds are S, S + 1, ... in the order asked, search.threshold.batch per evaluation, none at two knob
-    values (independent draws), so a replication with disjoint seeds is one override."""
+    """seed=S: a slice's seeds are S, S + 1, ... in the order asked, search.threshold.batch per evaluation, none at two
+    knob values (independent draws), so a replication with disjoint seeds is one override."""
     base, search, all_slices, studies, _ = setup(tmp_path, "seed=1000", "search.threshold.batch=3")
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     for sl in all_slices:
@@ -179,7 +179,8 @@ def test_a_slice_out_of_budget_says_why_and_how_many_more_trainings_would_settle
     table, _ = tables.min_diversity_rows(studies, all_slices, search, base)
     assert list(table["stopped"]) == ["budget"] * len(all_slices) and (table["to_settle"] > 0).all()
     assert "--extend" in tables.extend_note(table)
-    more = int(table["to_settle"].max()) + 2 * search.threshold.batch  # at the rates estimated, plus two batches of slack
+    # at the rates estimated, plus two batches of slack
+    more = int(table["to_settle"].max()) + 2 * search.threshold.batch
     studies = {sl.study_name: search_studies.open_study(sl, search, storage) for sl in all_slices}
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=more)
     table, _ = tables.min_diversity_rows(studies, all_slices, search, base)

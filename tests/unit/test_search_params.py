@@ -45,7 +45,8 @@ def write_config(tmp_path, search_changes: dict) -> str:
     ({"tpe": {"params": [{"key": "task.lengths.exponent", "type": "complex"}]}}, "search.tpe.params[0].type"),
     ({"tpe": {"params": [{"key": "task.lengths.exponent", "low": 1.0, "high": 1.0}]}}, "search.tpe.params[0].high"),
     ({"tpe": {"params": [{"key": "task.lengths.exponent", "low": 0.0, "log": True}]}}, "search.tpe.params[0].low"),
-    ({"tpe": {"params": [{"key": "task.lengths.exponent", "when": {"task.vocab_size": 16}}]}}, "search.tpe.params[0].when"),
+    ({"tpe": {"params": [{"key": "task.lengths.exponent", "when": {"task.vocab_size": 16}}]}},
+     "search.tpe.params[0].when"),
     ({"reference": {"task.lengths.shape": "optimal"}}, "search.reference.task.lengths.shape"),
     ({"reference": {"task.lengths.family": "cubic"}}, "task.lengths.family"),
 ])
@@ -69,7 +70,8 @@ def test_params_apply_only_to_their_slices_and_lists_are_gathered_back():
     assert list(power.distributions("")) == ["task.lengths.low", "task.lengths.high", "task.lengths.exponent"]
     assert list(weights.distributions("")) == [f"task.lengths.weights[{i}]" for i in range(6)]
     params = {f"task.lengths.weights[{i}]": w for i, w in enumerate([0.1 + 0.2, 0, 1.0, 0.25, 0.5, 0.75])}
-    assert weights.candidate(params, "") == {"task.lengths.weights": [0.3, 0, 1.0, 0.25, 0.5, 0.75]}  # 0.30000000000000004 rounded
+    # 0.30000000000000004 rounded
+    assert weights.candidate(params, "") == {"task.lengths.weights": [0.3, 0, 1.0, 0.25, 0.5, 0.75]}
 
 
 def test_point_ids_of_lists_read_well_and_long_ones_stay_unique_and_short():

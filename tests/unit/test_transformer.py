@@ -26,7 +26,8 @@ def make(cfg: TransformerConfig, seed: int = 0) -> Transformer:
     return Transformer(cfg, N, L)
 
 
-@pytest.mark.parametrize("cfg", VARIANTS[::5], ids=lambda c: f"{c.embedding}-{c.positional}-tied{c.tied_kq}-prev{c.prev_token}")
+@pytest.mark.parametrize("cfg", VARIANTS[::5],
+                         ids=lambda c: f"{c.embedding}-{c.positional}-tied{c.tied_kq}-prev{c.prev_token}")
 def test_shapes_and_attention_patterns(cfg):
     model = make(cfg)
     tokens = torch.randint(N, (3, 9))
@@ -39,7 +40,9 @@ def test_shapes_and_attention_patterns(cfg):
         assert (p.triu(diagonal=1) == 0).all()  # no attention to later positions
 
 
-@pytest.mark.parametrize("cfg", VARIANTS, ids=lambda c: f"{c.embedding}-{c.positional}-tied{c.tied_kq}-prev{c.prev_token}-h{c.n_heads}-mlp{c.mlp}")
+@pytest.mark.parametrize("cfg", VARIANTS,
+                         ids=lambda c: (f"{c.embedding}-{c.positional}-tied{c.tied_kq}-prev{c.prev_token}"
+                                        f"-h{c.n_heads}-mlp{c.mlp}"))
 def test_changing_a_later_token_never_changes_an_earlier_output(cfg):
     model = make(cfg)
     tokens = torch.randint(N, (2, 10))
@@ -52,7 +55,8 @@ def test_changing_a_later_token_never_changes_an_earlier_output(cfg):
         assert not torch.allclose(logits[:, j:], logits2[:, j:])  # and the change does reach position j
 
 
-@pytest.mark.parametrize("cfg", VARIANTS[1::3], ids=lambda c: f"{c.embedding}-{c.positional}-tied{c.tied_kq}-h{c.n_heads}-mlp{c.mlp}")
+@pytest.mark.parametrize("cfg", VARIANTS[1::3],
+                         ids=lambda c: f"{c.embedding}-{c.positional}-tied{c.tied_kq}-h{c.n_heads}-mlp{c.mlp}")
 def test_the_query_path_equals_the_query_rows_of_the_full_run(cfg):
     """With `query`, the last layer and the unembedding run at the query only: same numbers, fewer of them."""
     model = make(TransformerConfig(**{**vars(cfg), "n_layers": 2}))
@@ -80,7 +84,8 @@ def test_every_positional_scheme_trains(positional):
     overrides = [f"model.positional={positional}", "optim.max_steps=150", "eval.every=150", "eval.n_id=128",
                  "eval.n_ood=64", "task.n_pairs_per_cell=1"]
     if positional != "onehot_abs":
-        overrides += ["model.prev_token=true"]  # without absolute positions, a previous-token feature helps it learn fast
+        # without absolute positions, a previous-token feature helps it learn fast
+        overrides += ["model.prev_token=true"]
     result = train(config.load(CONFIGS / "debug.yaml", overrides))
     assert result.metrics["id/loss"] < 0.5 * torch.log(torch.tensor(12.0)).item()
     assert result.metrics["status"] == "completed" and result.metrics["steps"] == 150

@@ -28,7 +28,8 @@ class LengthsConfig:
 
 
 def distribution(cfg: LengthsConfig, n_triggers: int) -> dict[int, float]:
-    """q as {l: q_l} with q_l > 0, normalised. Raises ConfigError (key relative to task.lengths) if cfg describes none."""
+    """q as {l: q_l} with q_l > 0, normalised. Raises ConfigError (key relative to task.lengths) if cfg describes
+    none."""
     if cfg.family == "uniform":
         _check_range(cfg)
         return {l: 1.0 / (cfg.high - cfg.low + 1) for l in range(cfg.low, cfg.high + 1)}

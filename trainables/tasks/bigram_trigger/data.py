@@ -191,7 +191,8 @@ def _restricted(probs: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
 
 
 def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """(..., m) tokens per row of weights (..., V) (non-negative, some mass in each row) by inverse CDF at u (..., m)."""
+    """(..., m) tokens per row of weights (..., V) (non-negative, some mass in each row) by inverse CDF at
+    u (..., m)."""
     cdf = weights.cumsum(-1)
     cdf = cdf / cdf[..., -1:]  # the last entry exactly 1; right=True below never lands on a token without mass
     return torch.searchsorted(cdf, u, right=True)  # u < 1 = the last entry: always a token

@@ -37,7 +37,8 @@ PROPOSALS = 8  # Marsaglia-Tsang proposals per Gamma variate (log_gamma): all re
 TELEPORT = 1e-10
 
 # Per-position labels (by what the position predicts): metrics and the loss mask slice by them.
-PAD, PRIMED, CHAIN = PAD_LABEL, 0, 1  # PRIMED: the target is one of the first n-1 tokens (not from the chain), never scored
+PAD, PRIMED, CHAIN = PAD_LABEL, 0, 1  # PRIMED: the target is one of the first n-1 tokens (not from the chain),
+# never scored
 
 
 @dataclass

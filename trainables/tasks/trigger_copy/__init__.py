@@ -31,7 +31,8 @@ class TriggerCopy(Task):
         lengths = cfg.lengths
         if lengths.width:  # resolved here so config.yaml shows the high actually used
             if lengths.width < 0:
-                raise ConfigError("task.lengths.width", f"must be >= 0 (0 keeps task.lengths.high), got {lengths.width}")
+                raise ConfigError("task.lengths.width",
+                                  f"must be >= 0 (0 keeps task.lengths.high), got {lengths.width}")
             lengths.high = lengths.low + lengths.width - 1
 
     def validate(self, cfg: TriggerCopyConfig) -> None:
@@ -63,7 +64,8 @@ class TriggerCopy(Task):
         return True
 
     def batch_width(self, cfg: TriggerCopyConfig) -> int:
-        return 2 * max(distribution(cfg.lengths, cfg.n_triggers)) + 3  # the train sampler's: T = 2l + 3 at the longest l
+        # the train sampler's: T = 2l + 3 at the longest l
+        return 2 * max(distribution(cfg.lengths, cfg.n_triggers)) + 3
 
     def eval_splits(self, cfg: TriggerCopyConfig) -> dict[str, str]:
         return {"id": "train", "ood": cfg.ood_split}

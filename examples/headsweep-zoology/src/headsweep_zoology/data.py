@@ -25,7 +25,8 @@ Splits differ only in the keys they draw from (the diversity knob):
 Everything is vectorised over the batch (no Python loop over sequences) and drawn in a fixed order from one random
 source (`trainables.streams`): in training, a member's own counter-based stream, so that a packed trial draws all its
 members' batches in one call on their device (`sampler`, the task's batch_sampler); in `sample()` (the
-evaluation sets, derived by headsweep from the same hook), a torch.Generator, through the same code with one member. So a batch is a function of the seed.
+evaluation sets, derived by headsweep from the same hook), a torch.Generator, through the same code with one member. So
+a batch is a function of the seed.
 Shapes: M members (a pack's population), B = n sequences each, T positions.
 """
 from __future__ import annotations

@@ -12,6 +12,7 @@ import time
 from typing import Callable, Iterator
 
 from ray import tune
+from ray.tune.execution import class_cache
 from ray.tune.search import Searcher
 
 from sweep import cluster, packing, shipping, verdicts
@@ -25,6 +26,11 @@ from trainables.trainable import run_trial
 
 EXPERIMENT = "grid"
 PLAN_FILE = "grid_plan.json"  # trial id -> its members, as the grid first planned them
+# Tune copies these from the driver's environment into every trial actor's runtime environment, which Ray prints in
+# plain text into runtime_env_agent.log on every node and keeps in its GCS. A trial uses its node's own credentials
+# (docs/CLUSTER.md, checked on every node before anything runs: preflight.py), so none is copied; Tune has no setting.
+class_cache.ENV_VARS_TO_PROPAGATE -= {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                                      "AWS_SECURITY_TOKEN"}
 
 
 def grid_plan(base: config.Config, section, points: list[dict], out: OutDir,

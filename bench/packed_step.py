@@ -4,7 +4,7 @@ against the same 64 trained one by one; optionally for an older revision beside 
 
     .venv/bin/python bench/packed_step.py                          # debug and paper transformer configs
     .venv/bin/python bench/packed_step.py --against HEAD~12        # and the same for an older revision
-    python3 bench/packed_step.py --device cuda                     # on a GPU machine (torch, omegaconf, tqdm)
+    python3 bench/packed_step.py --device cuda --alone-members 8   # on a GPU machine (torch, omegaconf, tqdm)
 
 Everything is measured through train_members, which older revisions have too, as the difference between a run of 2S
 steps and a run of S steps: both evaluate once, at their end, so setup and evaluation cancel and what is left is S
@@ -55,8 +55,12 @@ def run(root: Path, name: str, count: int, steps: int, device: str, alone: bool)
 
 
 def per_step(root: Path, name: str, count: int, steps: int, device: str, alone: bool = False) -> tuple[float, ...]:
-    """(operations, synchronisations, seconds) per training step of `count` members, by the 2S - S difference."""
+    """(operations, synchronisations, seconds) per training step of `count` members, by the 2S - S difference. A run
+    first warms the members up, uncounted (without it the first measurement of a member count depended on what ran
+    before: debug.yaml's P = 8 gave 348 operations a step right after P = 1, 645 every time after), and each timed
+    run follows a counted one of the same steps."""
     import torch
+    run(root, name, count, steps, device, alone)
     counted, timed = [], []
     for s in (steps, 2 * steps):
         with op_counter()() as counter:
@@ -73,16 +77,18 @@ def per_step(root: Path, name: str, count: int, steps: int, device: str, alone: 
     return (ops2 - ops1) / steps, (syncs2 - syncs1) / steps, (timed[1] - timed[0]) / steps
 
 
-def measure(root: Path, steps: int, device: str) -> dict:
-    """Everything for one tree (imported from `root`), as JSON-able numbers."""
+def measure(root: Path, steps: int, device: str, alone_members: int) -> dict:
+    """Everything for one tree (imported from `root`), as JSON-able numbers. The one-by-one rate of P = 64 is measured
+    on `alone_members` of them and scaled: one by one, each member's steps add to the time (64 on a GPU took minutes)."""
     run(root, CONFIGS[0], 2, 2, device, False)  # warm-up: kernels, allocator, first-call costs
     out = {}
     for name in CONFIGS:
         counts = {p: per_step(root, name, p, 2, device)[:2] for p in COUNTED}
         packed = per_step(root, name, COUNTED[-1], steps, device)[2]
-        alone = per_step(root, name, COUNTED[-1], steps, device, alone=True)[2]
+        alone = per_step(root, name, alone_members, steps, device, alone=True)[2] * COUNTED[-1] / alone_members
         out[name] = {"ops": {p: c[0] for p, c in counts.items()}, "syncs": {p: c[1] for p, c in counts.items()},
                      "packed_steps_per_s": 1 / packed, "alone_steps_per_s": 1 / alone}
+        print(f"{name}: measured", file=sys.stderr, flush=True)
     return out
 
 
@@ -101,11 +107,13 @@ def main() -> None:
     parser.add_argument("--against", help="an older revision to measure beside this checkout")
     parser.add_argument("--steps", type=int, default=10, help="S: timing by 2S - S training steps")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--alone-members", type=int, default=COUNTED[-1],
+                        help="members trained one by one for P = 64's one-by-one rate, scaled to 64 (a GPU loan: 8)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a tree to measure, printing JSON (a child run)
     args = parser.parse_args()
     if args.measure:
         sys.path.insert(0, args.measure)
-        print(json.dumps(measure(Path(args.measure), args.steps, args.device)))
+        print(json.dumps(measure(Path(args.measure), args.steps, args.device, args.alone_members)))
         return
     trees = {"this checkout": HERE.parent}
     sys.path.insert(0, str(HERE))
@@ -115,16 +123,16 @@ def main() -> None:
         if old:
             trees[args.against] = old
         print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, device {args.device}, "
-              f"S = {args.steps}")
+              f"S = {args.steps}, one by one: {args.alone_members} of 64, scaled", flush=True)
         results = {}
         for label, tree in trees.items():  # each in its own process: the revision's own modules
             # The tree first, then what PYTHONPATH held (on a GPU machine, the pure-Python wheels' folder).
             path = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
             child = subprocess.run([sys.executable, __file__, "--measure", str(tree), "--steps", str(args.steps),
-                                    "--device", args.device], capture_output=True, text=True,
-                                   env=os.environ | {"PYTHONPATH": path})
+                                    "--device", args.device, "--alone-members", str(args.alone_members)],
+                                   stdout=subprocess.PIPE, text=True, env=os.environ | {"PYTHONPATH": path})
             if child.returncode:
-                sys.exit(f"measuring {label} failed:\n{child.stderr[-3000:]}")
+                sys.exit(f"measuring {label} failed (its stderr is above)")
             results[label] = json.loads(child.stdout.strip().splitlines()[-1])
             report(label, results[label])
     mine = results["this checkout"]

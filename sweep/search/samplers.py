@@ -234,7 +234,7 @@ class Threshold(Sampler):
 
     def finished(self, trials, fit):
         return not any(t.state == TrialState.RUNNING for t in trials) and (
-            fit.settled(self.resolution) or self.used(trials) >= self.per_slice)
+            fit.settled(self.resolution) or self.spent(trials, self.per_slice))
 
     def choose(self, trials, budget, predicted):
         passed, trained = bisection.counts(self.values, bisection.evidence(trials, self.key))

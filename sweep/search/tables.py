@@ -78,7 +78,7 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
     interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side); the widest value tried and p
     there with its interval; the seeds behind the answer (a slice without any has every answer column blank); whether
     the slice is finished, why it stopped (`stopped`: settled, budget, plateau near q (budget spent with the rates
-    around the crossing within 0.15 of q), or open: a search stopped before either) and, while not settled, about how
+    around the crossing within 0.15 of q), failing (its evaluations kept failing), or open: a search stopped before) and, while not settled, about how
     many more trainings would settle it at the current rates (`to_settle`, for --extend; 10000: not within reach).
     The other samplers (bisection, exhaustive, tpe) train the same seeds (search.success.seeds) at every value, which
     the interval's tests cannot treat as independent draws: their rows give the m-of-n answer alone (`diversity_star`:
@@ -108,12 +108,13 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
         tried = np.flatnonzero(trained)
         widest = curve[tried[-1]] if len(tried) else estimate.CurvePoint(0, 0, np.nan, np.nan, np.nan)
         done = sampler.finished(trials, fit)
+        failing = done and sampler.used(trials) < sampler.per_slice  # neither settled nor spent: Sampler.spent's cap
         row = sl.point | {
             "diversity_star": value(fit.star), "diversity_star_low": value(fit.low),
             "diversity_star_high": value(fit.high), axis: measure(fit.star), f"{axis}_low": ends[0],
             f"{axis}_high": ends[1], "widest_tried": sl.values[tried[-1]] if len(tried) else None,
             "p_at_widest": widest.p, "p_at_widest_low": widest.p_low, "p_at_widest_high": widest.p_high,
-            "seeds": int(trained.sum()), "finished": done, "stopped": stop_reason(fit, passed, trained, search, done),
+            "seeds": int(trained.sum()), "finished": done, "stopped": stop_reason(fit, passed, trained, search, done, failing),
             "to_settle": 0 if fit.settled(search.threshold.resolution) else estimate.seeds_to_settle(
                 fit, passed, trained, success.rate, success.confidence)}
         if not trained.any():  # no evidence: no answer, not the estimate's "every value and none"
@@ -174,12 +175,16 @@ def extend_note(table: pd.DataFrame) -> str | None:
 PLATEAU = 0.15  # a slice out of budget whose rates around the crossing lie this close to q sits on a plateau near q
 
 
-def stop_reason(fit: estimate.Estimate, passed, trained, search: SearchConfig, done: bool) -> str:
-    """Why a slice stopped: settled, plateau near q, budget, or open (not finished: a search stopped before)."""
+def stop_reason(fit: estimate.Estimate, passed, trained, search: SearchConfig, done: bool,
+                failing: bool = False) -> str:
+    """Why a slice stopped: settled, plateau near q, budget, failing (its evaluations kept failing before its budget
+    was spent: trials.csv's `error` says why), or open (not finished: a search stopped before)."""
     if fit.settled(search.threshold.resolution):
         return "settled"
     if not done:
         return "open"
+    if failing:
+        return "failing"
     tried, rate = estimate.rates(passed, trained)
     inside = (tried > fit.excluded) & (tried < fit.high)
     near = inside.any() and bool((abs(rate[inside] - search.success.rate) <= PLATEAU).all())

@@ -404,8 +404,9 @@ def test_a_driver_waits_while_a_study_it_saw_taken_may_want_more(tmp_path, monke
 
 def test_a_slice_whose_seeds_all_fail_stops_asking_and_says_it_finished(tmp_path, monkeypatch):
     """Every seed errs: a slice stops asking once three times the evaluations its budget allows have failed
-    (Sampler.spent), and its row says it finished, not "open", which reads as a search stopped by hand that a rerun
-    would continue (a rerun asks nothing more)."""
+    (Sampler.spent), and its row says it finished because its evaluations kept failing, not "open", which reads as a
+    search stopped by hand that a rerun would continue (a rerun asks nothing more), nor "budget" (--extend would not
+    help)."""
     fake_executor(monkeypatch, lambda point, m: 0.2)
     fake_run_rounds = tuner.run_rounds
 
@@ -423,6 +424,6 @@ def test_a_slice_whose_seeds_all_fail_stops_asking_and_says_it_finished(tmp_path
     loop.run(base, search, all_slices, studies, OutDir(tmp_path), extend=0)
     tables.write(tmp_path, base, search, studies, all_slices)
     minimal = pd.read_csv(tmp_path / "min_diversity.csv")
-    assert minimal["finished"].all() and "open" not in set(minimal["stopped"]), minimal
+    assert minimal["finished"].all() and set(minimal["stopped"]) == {"failing"}, minimal
     for study in studies.values():  # 6 seed trainings in batches of 3: 2 evaluations allowed, 3 x 2 failed
         assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL] * 6

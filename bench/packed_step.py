@@ -79,7 +79,8 @@ def per_step(root: Path, name: str, count: int, steps: int, device: str, alone: 
 
 def measure(root: Path, steps: int, device: str, alone_members: int) -> dict:
     """Everything for one tree (imported from `root`), as JSON-able numbers. The one-by-one rate of P = 64 is measured
-    on `alone_members` of them and scaled: one by one, each member's steps add to the time (64 on a GPU took minutes)."""
+    on `alone_members` of them and scaled: one by one, each member's steps add to the time (64 on a GPU took
+    minutes)."""
     run(root, CONFIGS[0], 2, 2, device, False)  # warm-up: kernels, allocator, first-call costs
     out = {}
     for name in CONFIGS:

@@ -254,7 +254,8 @@ def _answer_legend(success: dict, axis: str, m_of_n: str | None) -> str:
             f"{axis} at K* and at the interval's ends; p at widest: p at the widest value trained, with its interval; "
             "seeds: seeds trained behind the answer; stopped: settled, budget, plateau near q (rates around the "
             "crossing within 0.15 of q: more seeds will not settle it), failing (its evaluations kept failing: "
-            "trials.csv's error says why) or 'no (open)' where the search stopped before the answer settled. In min_diversity.csv: diversity_star, diversity_star_low, diversity_star_high (blank: "
+            "trials.csv's error says why) or 'no (open)' where the search stopped before the answer settled. In "
+            "min_diversity.csv: diversity_star, diversity_star_low, diversity_star_high (blank: "
             f"past the widest value, or open), {axis}, {axis}_low, {axis}_high, widest_tried, p_at_widest, finished, "
             "stopped and to_settle: about how many more trainings (--extend) would settle it at the current rates.")
     if m_of_n is not None:

@@ -26,11 +26,7 @@ from trainables.trainable import run_trial
 
 EXPERIMENT = "grid"
 PLAN_FILE = "grid_plan.json"  # trial id -> its members, as the grid first planned them
-# Tune copies these from the driver's environment into every trial actor's runtime environment, which Ray prints in
-# plain text into runtime_env_agent.log on every node and keeps in its GCS. A trial uses its node's own credentials
-# (docs/CLUSTER.md, checked on every node before anything runs: preflight.py), so none is copied; Tune has no setting.
-class_cache.ENV_VARS_TO_PROPAGATE -= {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                                      "AWS_SECURITY_TOKEN"}
+AWS_CREDENTIALS = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"})
 
 
 def grid_plan(base: config.Config, section, points: list[dict], out: OutDir,
@@ -74,7 +70,7 @@ def run(base: config.Config, section, packs: dict[str, list[dict]], out: OutDir,
                            run_config=_run_config(section, out, EXPERIMENT, view))
     # every pack that ended in error -> the last line of its error
     failed = {result.config["trial"]: (str(result.error).strip().splitlines() or ["error"])[-1][:500]
-              for result in tuner.fit() if result.error is not None}
+              for result in _fit(tuner) if result.error is not None}
     return {point_id(m["point"]): failed[pack] for pack, chunk in packs.items() if pack in failed for m in chunk}
 
 
@@ -98,8 +94,8 @@ def run_rounds(base: config.Config, section, rounds: Iterator[list[dict]], out: 
     tune_config = _tune_config(section)
     tune_config.search_alg, tune_config.num_samples = _Rounds(rounds, pack, out.sync), -1  # -1: until the rounds end
     view = ProgressView(base.name, out.local, None, summary)
-    tune.Tuner(_trainable(base_dict, section, {}), tune_config=tune_config,
-               run_config=_run_config(section, out, name, view)).fit()
+    _fit(tune.Tuner(_trainable(base_dict, section, {}), tune_config=tune_config,
+                    run_config=_run_config(section, out, name, view)))
 
 
 class _Rounds(Searcher):
@@ -138,6 +134,20 @@ class _Rounds(Searcher):
 
     def save(self, checkpoint_path: str) -> None:  # nothing to save (see __getstate__), so nothing is ever restored
         pass
+
+
+def _fit(tuner: tune.Tuner) -> tune.ResultGrid:
+    """tuner.fit() without the driver's AWS credentials in the trials' runtime environment: Tune copies them there
+    (ray/tune/execution/class_cache.py, when it first creates the trials' actor class, inside fit), and Ray prints a
+    runtime environment in plain text into runtime_env_agent.log on every node and keeps it in its GCS. A trial uses
+    its node's own credentials (docs/CLUSTER.md; preflight.py checks every node first). Tune has no setting for it, so
+    its set is narrowed for this fit and put back after: the process's other Tune runs keep Tune's behaviour."""
+    copied = class_cache.ENV_VARS_TO_PROPAGATE
+    class_cache.ENV_VARS_TO_PROPAGATE = copied - AWS_CREDENTIALS
+    try:
+        return tuner.fit()
+    finally:
+        class_cache.ENV_VARS_TO_PROPAGATE = copied
 
 
 def _experiment(out: OutDir) -> str:

@@ -78,8 +78,9 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
     interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side); the widest value tried and p
     there with its interval; the seeds behind the answer (a slice without any has every answer column blank); whether
     the slice is finished, why it stopped (`stopped`: settled, budget, plateau near q (budget spent with the rates
-    around the crossing within 0.15 of q), failing (its evaluations kept failing), or open: a search stopped before) and, while not settled, about how
-    many more trainings would settle it at the current rates (`to_settle`, for --extend; 10000: not within reach).
+    around the crossing within 0.15 of q), failing (its evaluations kept failing), or open: a search stopped before)
+    and, while not settled, about how many more trainings would settle it at the current rates (`to_settle`, for
+    --extend; 10000: not within reach).
     The other samplers (bisection, exhaustive, tpe) train the same seeds (search.success.seeds) at every value, which
     the interval's tests cannot treat as independent draws: their rows give the m-of-n answer alone (`diversity_star`:
     the smallest value whose seeds succeed with every wider value evaluated succeeding too), with no interval.
@@ -114,7 +115,8 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
             "diversity_star_high": value(fit.high), axis: measure(fit.star), f"{axis}_low": ends[0],
             f"{axis}_high": ends[1], "widest_tried": sl.values[tried[-1]] if len(tried) else None,
             "p_at_widest": widest.p, "p_at_widest_low": widest.p_low, "p_at_widest_high": widest.p_high,
-            "seeds": int(trained.sum()), "finished": done, "stopped": stop_reason(fit, passed, trained, search, done, failing),
+            "seeds": int(trained.sum()), "finished": done,
+            "stopped": stop_reason(fit, passed, trained, search, done, failing),
             "to_settle": 0 if fit.settled(search.threshold.resolution) else estimate.seeds_to_settle(
                 fit, passed, trained, success.rate, success.confidence)}
         if not trained.any():  # no evidence: no answer, not the estimate's "every value and none"

@@ -147,3 +147,24 @@ def test_a_ray_the_users_code_joined_is_used_as_it_is(fake_ray):
     ray_cluster.keep_local_between_runs()
     ray_cluster.connect("10.0.0.1:6379")
     assert fake_ray.calls == []
+
+
+def test_a_fit_copies_no_aws_credential_into_the_trials_and_leaves_tunes_own_set_as_it_was():
+    """Inside sweep.tuner's fits Tune finds no AWS variable to copy into the trials' runtime environment (which Ray
+    prints into its logs: tests/integration/test_security.py); after them, the process's other Tune runs get Tune's
+    set back."""
+    from ray.tune.execution import class_cache
+
+    from sweep import tuner
+
+    during = []
+
+    class Tuner:
+        def fit(self):
+            during.append(set(class_cache.ENV_VARS_TO_PROPAGATE))
+            return "results"
+
+    before = set(class_cache.ENV_VARS_TO_PROPAGATE)
+    assert tuner._fit(Tuner()) == "results"
+    assert "AWS_SECRET_ACCESS_KEY" in before and during == [before - tuner.AWS_CREDENTIALS]
+    assert class_cache.ENV_VARS_TO_PROPAGATE == before

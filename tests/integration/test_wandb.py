@@ -61,6 +61,8 @@ def wandb_records(run_file: Path) -> list:
             position += block - position % block
             continue
         _, length, kind = struct.unpack("<IHB", data[position:position + 7])
+        if position + 7 + length > len(data):  # wandb-core is still writing this chunk (exit_codes polls a live file)
+            break
         chunk, position = data[position + 7:position + 7 + length], position + 7 + length
         if kind in (1, 2):  # FULL, FIRST
             chunks = [chunk]

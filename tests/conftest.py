@@ -12,16 +12,16 @@ os.environ["WANDB_MODE"] = "offline"  # a developer logged in to W&B must not se
 # after another test imported ray would otherwise connect without its token and wait for the head forever.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# One torch thread here and in every process a test starts (CLI drivers training in process, kernels; Ray gives its
+# workers one already): test files run side by side on 2 cores (make test: pytest-xdist), where two processes' thread
+# pools fight over the cores (a unit test of the transformer took 20.7 s beside another, 1.5 s alone; a debug run up
+# to 14x slower). Set before torch is imported, which reads it then.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
 from tests.postgres_server import postgres  # noqa: F401,E402 (one PostgreSQL per run, for every tier)
 from trainables import config  # noqa: E402
-
-# Test files run side by side (make test: pytest-xdist), each worker one process: one torch thread each, or two workers'
-# thread pools fight over the 2 cores (a unit test of the transformer took 20.7 s beside another, 1.5 s alone).
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

@@ -22,9 +22,6 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # l_min = 2, whose last round then trains alone. ~20 s on 2 cores.
 UNGUIDED_SEARCH = [CONFIGS / "debug_search.yaml", "search.guide.metric=",
                    "search.slices=[{key: task.lengths.low, values: [2, 5]}]"]
-# One torch thread per CLI process: the models are tiny, and on a busy 2-core machine torch's second thread made a
-# debug run up to 14x slower (Ray's trial workers get one already).
-ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
 
 
 # The client environment of the session's shared Ray head, as JSON. In os.environ, not in a module global: the tests
@@ -90,7 +87,7 @@ def assert_tiny_search_answers(config_text: str, metric: str, tmp_path: Path) ->
     success curve, report and study written."""
     config_file, out = tmp_path / "search.yaml", tmp_path / "search"
     config_file.write_text(config_text)
-    proc = headsweep("search", config_file, "--out", out, env=ONE_THREAD)
+    proc = headsweep("search", config_file, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = pd.read_csv(out / "trials.csv")
     assert len(trials) >= 1 and set(trials["status"]) <= JUDGED and trials[metric].notna().all()

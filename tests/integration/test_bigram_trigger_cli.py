@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from tests.conftest import CONFIGS
-from tests.integration.conftest import ONE_THREAD, assert_tiny_search_answers, headsweep
+from tests.integration.conftest import assert_tiny_search_answers, headsweep
 
 TASK_METRICS = ["head/loss", "head/acc", "head/acc_early", "head/acc_late", "bigram/loss", "bigram/loss_early",
                 "bigram/loss_late", "bigram/excess",
@@ -42,7 +42,7 @@ search:
 
 def test_debug_train_writes_the_tasks_metrics_arrays_and_report(tmp_path):
     out = tmp_path / "debug"
-    proc = headsweep("train", CONFIGS / "debug_bigram_trigger.yaml", "--out", out, env=ONE_THREAD)
+    proc = headsweep("train", CONFIGS / "debug_bigram_trigger.yaml", "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ood/head_acc=" in proc.stdout and "attn/prev_token_late=" in proc.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -62,7 +62,7 @@ def test_a_tiny_positional_grid_writes_results_and_the_previous_token_phase_diag
     config_file = tmp_path / "tiny_pe_grid.yaml"
     config_file.write_text(TINY_GRID)
     out = tmp_path / "grid"
-    proc = headsweep("grid", config_file, "--out", out, env=ONE_THREAD)
+    proc = headsweep("grid", config_file, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert sorted(frame["model.positional"]) == ["random_abs", "relative"] and set(frame["status"]) == {"completed"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.integration.conftest import JUDGED, ONE_THREAD, headsweep
+from tests.integration.conftest import JUDGED, headsweep
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "headsweep-zoology"
 CONFIGS = EXAMPLE / "configs"
@@ -27,7 +27,7 @@ def installed():
                                     "model.name=headsweep_zoology.base_conv:SPEC"]], ids=["installed", "module_path"])
 def test_the_examples_task_and_model_train(tmp_path, names):
     out = tmp_path / "train"
-    proc = headsweep("train", CONFIGS / "debug_base_conv.yaml", *names, *SHORT, "--out", out, env=ONE_THREAD)
+    proc = headsweep("train", CONFIGS / "debug_base_conv.yaml", *names, *SHORT, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "completed" and 0 <= result["ood/acc"] <= 1 and "data/n_train_keys" in result
@@ -41,7 +41,7 @@ def test_one_packed_grid_compares_both_models_logs_to_wandb_and_builds_the_dashb
     out = tmp_path / "grid"
     proc = headsweep("grid", CONFIGS / "debug_mqar_grid.yaml", "logging.wandb=true", *SHORT, "sweep.seeds=[0]",
                      "sweep.axes=[{key: task.n_train_keys, values: [4, 8, 12]}, "
-                     "{key: model.name, values: [transformer, base_conv]}]", "--out", out, env=ONE_THREAD)
+                     "{key: model.name, values: [transformer, base_conv]}]", "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 6 and set(frame["status"]) == {"completed"}
@@ -57,8 +57,7 @@ def test_one_packed_grid_compares_both_models_logs_to_wandb_and_builds_the_dashb
 
 def test_a_search_over_the_examples_knob(tmp_path):
     out = tmp_path / "search"
-    proc = headsweep("search", CONFIGS / "debug_mqar_search.yaml", *SHORT, "search.budget.per_slice=2", "--out", out,
-                     env=ONE_THREAD)
+    proc = headsweep("search", CONFIGS / "debug_mqar_search.yaml", *SHORT, "search.budget.per_slice=2", "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = pd.read_csv(out / "trials.csv")
     assert len(trials) >= 1 and set(trials["status"]) <= JUDGED

@@ -4,7 +4,7 @@ any task's (their names: tests/unit/test_dry_run.py; a search through the CLI: t
 import numpy as np
 import pandas as pd
 
-from tests.integration.conftest import ONE_THREAD, headsweep
+from tests.integration.conftest import headsweep
 
 # Two pool sizes, trained as one pack (their members differ only in task.n_tasks, a member field of the sampler).
 TINY_GRID = """
@@ -23,7 +23,7 @@ sweep:
 def test_a_packed_grid_over_the_pool_logs_to_wandb_and_reports_the_regression(tmp_path):
     config_file, out = tmp_path / "grid.yaml", tmp_path / "grid"
     config_file.write_text(TINY_GRID)
-    proc = headsweep("grid", config_file, "--out", out, env=ONE_THREAD)
+    proc = headsweep("grid", config_file, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv").set_index("task.n_tasks")
     assert list(frame.index.sort_values()) == [2, 256] and set(frame["status"]) == {"completed"}

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import CONFIGS
-from tests.integration.conftest import ONE_THREAD, assert_tiny_search_answers, headsweep
+from tests.integration.conftest import assert_tiny_search_answers, headsweep
 
 TASK_METRICS = ["id/bayes_loss", "id/gap", "ood/loss", "ood/bayes_loss", "ood/unigram_loss", "ood/bigram_loss",
                 "ood/gap", "ood/stage", "attn/lag_L0H0", "attn/lag_L0H1", "attn/parent_coverage", "data/pool_size",
@@ -38,7 +38,7 @@ search:
 
 def test_debug_train_writes_the_tasks_metrics_and_arrays(tmp_path):
     out = tmp_path / "debug"
-    proc = headsweep("train", CONFIGS / "debug_markov_ngram.yaml", "--out", out, env=ONE_THREAD)
+    proc = headsweep("train", CONFIGS / "debug_markov_ngram.yaml", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert "ood/gap=" in proc.stdout and str(out) in proc.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -63,7 +63,7 @@ def test_tiny_grid_over_the_pool_size(tmp_path):
     config_file = tmp_path / "tiny_markov_grid.yaml"
     config_file.write_text(TINY_GRID)
     out = tmp_path / "grid"
-    proc = headsweep("grid", config_file, "--out", out, env=ONE_THREAD)
+    proc = headsweep("grid", config_file, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert sorted(frame["task.pool_size"]) == [0, 2] and set(frame["status"]) == {"completed"}

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from tests.conftest import CONFIGS
-from tests.integration.conftest import ONE_THREAD, assert_tiny_search_answers, headsweep
+from tests.integration.conftest import assert_tiny_search_answers, headsweep
 
 COMPONENT_METRICS = ["lazy/loss", "lazy/acc", "icl/loss", "icl/acc", "ood/icl_loss", "ood/icl_acc",
                      "mech/induction_score", "mech/prev_token", "data/alpha", "data/icl_target_share"]
@@ -38,7 +38,7 @@ search:
 
 def test_debug_train_logs_each_component_and_the_transition(tmp_path):
     out = tmp_path / "debug"
-    proc = headsweep("train", CONFIGS / "debug_mixed_ngram.yaml", "--out", out, env=ONE_THREAD)
+    proc = headsweep("train", CONFIGS / "debug_mixed_ngram.yaml", "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "icl/transition_step=" in proc.stdout and "ood/icl_acc=" in proc.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -57,7 +57,7 @@ def test_debug_train_logs_each_component_and_the_transition(tmp_path):
 def test_a_grid_over_alpha_writes_the_transition_per_trial(tmp_path):
     config_file, out = tmp_path / "grid.yaml", tmp_path / "grid"
     config_file.write_text(TINY_GRID)
-    proc = headsweep("grid", config_file, "--out", out, env=ONE_THREAD)
+    proc = headsweep("grid", config_file, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert sorted(frame["task.alpha"]) == [0.2, 0.8] and set(frame["status"]) == {"completed"}

@@ -3,6 +3,7 @@ importable from the directory the tests run in, as a researcher's folder next to
 as a package the way docs/EXTENDING.md says, found through its entry point. Grid (packed, resumed, W&B offline),
 the four search samplers, report, compare, dashboard, list, and a plugin that raises inside one trial."""
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.integration.conftest import JUDGED, ONE_THREAD, assert_report_rebuilds_the_same, headsweep
+from tests.integration.conftest import JUDGED, assert_report_rebuilds_the_same, headsweep
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTENDING = ROOT / "docs" / "EXTENDING.md"
@@ -48,7 +49,7 @@ sweep:
   pack: 2
 """)
     out = tmp_path / "grid"
-    proc = headsweep("grid", grid, "--out", out, env=ONE_THREAD)
+    proc = headsweep("grid", grid, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 4 and set(frame["status"]) == {"completed"}
@@ -61,7 +62,7 @@ sweep:
     assert "data/n_train_strings" in report and "<img" in report
     assert_report_rebuilds_the_same(out, tmp_path)
 
-    again = headsweep("grid", grid, "--out", out, env=ONE_THREAD)  # resumes: everything finished is kept
+    again = headsweep("grid", grid, "--out", out)  # resumes: everything finished is kept
     assert again.returncode == 0, again.stderr[-3000:]
     assert pd.read_csv(out / "results.csv")["seconds"].tolist() == frame["seconds"].tolist()
 
@@ -71,7 +72,7 @@ def test_every_search_sampler_searches_a_plugins_knob(tmp_path, sampler):
     config = write(tmp_path, "search", BASE.format(name=f"plugin_{sampler}", wandb="false")
                    + SEARCH.format(sampler=sampler))
     out = tmp_path / "search"
-    proc = headsweep("search", config, "--out", out, env=ONE_THREAD)
+    proc = headsweep("search", config, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = pd.read_csv(out / "trials.csv")
     assert len(trials) >= 1 and set(trials["status"]) <= JUDGED and trials["ood/acc"].notna().all()
@@ -102,7 +103,7 @@ sweep:
   max_failures: 0
 """)
     out = tmp_path / "grid"
-    proc = headsweep("grid", grid, "--out", out, env=ONE_THREAD)
+    proc = headsweep("grid", grid, "--out", out)
     frame = pd.read_csv(out / "results.csv").set_index("task.length")
     assert frame.loc[4, "status"] == "completed"
     assert frame.loc[5, "status"] == "error" and "strings longer than 4 are not supported" in frame.loc[5, "error"]
@@ -144,7 +145,7 @@ def tutorial_package(tmp_path_factory) -> dict:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
                     str(site), str(package)], check=True, capture_output=True)
     shutil.rmtree(package)  # installed, not importable from where it was written
-    return ONE_THREAD | {"PYTHONPATH": str(site)}
+    return os.environ | {"PYTHONPATH": str(site)}
 
 
 def test_the_tutorials_installed_task_is_listed_and_trains_by_its_entry_point_name(tutorial_package, tmp_path):

@@ -124,9 +124,7 @@ def plan(passed, trained, q: float, confidence: float, fit: estimate.Estimate, l
 @functools.lru_cache(maxsize=4096)
 def _seeds_needed(p: float, q: float, confidence: float, limit: int = 1000) -> int:
     """The fewest seeds at a value passing at rate p whose expected count shows p >= q (or p < q) on its own."""
-    need, alpha = estimate.seeds_to_decide(q, confidence), estimate.level(confidence)
-    test = estimate.tail_above if p >= q else estimate.tail_below
-    return next((n for n in range(need, limit) if test(q, n, round(n * p)) <= alpha), limit)
+    return estimate.fewest_seeds(p, q, confidence, p >= q, limit)
 
 
 def log_sides(passed, failed, q: float) -> tuple[np.ndarray, np.ndarray]:

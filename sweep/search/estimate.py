@@ -199,16 +199,25 @@ def seeds_to_settle(estimate: Estimate, passed, trained, q: float, confidence: f
     reach, the rates there sit at q)."""
     passed, trained = np.asarray(passed, float), np.asarray(trained, float)
     tried, rate = rates(passed, trained)
-    alpha, more = level(confidence), 0
-    need = seeds_to_decide(q, confidence)
+    more = 0
     sides = [(rate >= q) & (tried < estimate.high), (rate < q) & (tried > estimate.excluded)]
-    for side, (candidates, shows) in enumerate(zip(sides, (tail_above, tail_below))):
+    for above, candidates in zip((True, False), sides):
         if not candidates.any():
             continue
-        j = np.flatnonzero(candidates)[0 if side == 0 else -1]
-        p = float(np.clip(rate[j], 0.01, 0.99))
-        n = next((n for n in range(need, limit) if shows(q, n, round(n * p)) <= alpha), limit)
+        j = np.flatnonzero(candidates)[0 if above else -1]
+        n = fewest_seeds(float(np.clip(rate[j], 0.01, 0.99)), q, confidence, above, limit)
         if n == limit:
             return limit
         more += max(0, n - int(trained[tried[j]]))
     return min(more, limit)
+
+
+def fewest_seeds(p: float, q: float, confidence: float, above: bool, limit: int) -> int:
+    """The fewest seeds (from seeds_to_decide on) at a value passing at rate p whose expected count, round(n p),
+    shows p >= q (`above`) or p < q on its own; `limit` when none below it does. Every n at once: near q the first
+    one is thousands of seeds away."""
+    n = np.arange(seeds_to_decide(q, confidence), limit)
+    passing = np.round(n * p)
+    tail = stats.binom.sf(passing - 1, n, q) if above else stats.binom.cdf(passing, n, q)
+    shown = np.flatnonzero(tail <= level(confidence))
+    return int(n[shown[0]]) if len(shown) else limit

@@ -16,7 +16,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # workers one already): test files run side by side on 2 cores (make test: pytest-xdist), where two processes' thread
 # pools fight over the cores (a unit test of the transformer took 20.7 s beside another, 1.5 s alone; a debug run up
 # to 14x slower). Set before torch is imported, which reads it then.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["OMP_NUM_THREADS"] = "1"
 
 import torch  # noqa: E402
 

@@ -31,7 +31,6 @@ slices put the boundary; they never enter the plans or the tests.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -113,18 +112,14 @@ def plan(passed, trained, q: float, confidence: float, fit: estimate.Estimate, l
     # a tried value beyond the target that has not shown its side blocks the end (closed testing): nearest the end first
     shown = dict(zip(tried.tolist(), (tests.above if high_end else tests.below).tolist()))
     open_tried = [int(i) for i in inside if trained[i] and not shown[int(i)]]
-    # more seeds each needs (its rate rounded to 2 decimals: one cached answer serves many rates)
-    need = np.array([_seeds_needed(round(float(smooth[i]), 2), q, confidence) - trained[i] for i in inside])
+    # more seeds each needs to show its side on its own (its rate rounded to 2 decimals: one cached answer serves many)
+    rounded = [round(float(smooth[i]), 2) for i in inside]
+    need = np.array([estimate.fewest_seeds(p, q, confidence, p >= q, 1000) - trained[i]
+                     for p, i in zip(rounded, inside)])
     feasible = inside[need <= left / 2]
     target = (feasible.min() if high_end else feasible.max()) if len(feasible) else inside[np.argmin(need)]
     blocking = [i for i in open_tried if (i > target if high_end else i < target)]
     return (max(blocking) if high_end else min(blocking)) if blocking else int(target)
-
-
-@functools.lru_cache(maxsize=4096)
-def _seeds_needed(p: float, q: float, confidence: float, limit: int = 1000) -> int:
-    """The fewest seeds at a value passing at rate p whose expected count shows p >= q (or p < q) on its own."""
-    return estimate.fewest_seeds(p, q, confidence, p >= q, limit)
 
 
 def log_sides(passed, failed, q: float) -> tuple[np.ndarray, np.ndarray]:

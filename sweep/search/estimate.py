@@ -212,6 +212,7 @@ def seeds_to_settle(estimate: Estimate, passed, trained, q: float, confidence: f
     return min(more, limit)
 
 
+@functools.lru_cache(maxsize=4096)
 def fewest_seeds(p: float, q: float, confidence: float, above: bool, limit: int) -> int:
     """The fewest seeds (from seeds_to_decide on) at a value passing at rate p whose expected count, round(n p),
     shows p >= q (`above`) or p < q on its own; `limit` when none below it does. Every n at once: near q the first

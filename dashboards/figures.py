@@ -34,8 +34,8 @@ def curves(runs: dict[str, list[dict]], metrics: tuple[str, ...], colour_by: dic
     bar; otherwise up to 12 runs get a legend. Runs with a single evaluation show as points; missing or null values
     are skipped.
     """
-    present = [m for m in metrics if any(r.get(m) is not None for records in runs.values() for r in records)]
-    present = present or list(metrics[:1])
+    present = [m for m in metrics if any(r.get(m) is not None for records in runs.values() for r in records)] \
+        or list(metrics[:1])
     fig = new_figure(3.6 * len(present) + 1.2, 3.2)
     axes = fig.subplots(1, len(present), squeeze=False)[0]
     mappable = None
@@ -215,13 +215,9 @@ def _bracket(ax, x: float, ys: list, low, high) -> None:
 
 def success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[str], knob: str, q: float,
                    confidence: float | None = None) -> Figure:
-    """A search's success curves (success_curve.csv) with its answers (min_diversity.csv): one panel per slice,
-    columns the first slice key's values, rows the other keys' values. In each panel: p(K), the probability that a
-    seed trained at knob value K passes, its monotone estimate (line) and interval [p_low, p_high] (band);
-    each value's seeds as a dot at passed / trained, its area growing with the seeds trained (none where nothing
-    trained); q dashed; K*_q starred where the curve crosses q, and its interval [diversity_star_low,
-    diversity_star_high] shaded. An interval reaching past the widest value runs into the grey "beyond" strip at the
-    right; a slice whose search stopped before its answer settled says "not finished" in its title."""
+    """A search's success curves (success_curve.csv) with its answers (min_diversity.csv): one panel per slice
+    (columns: the first slice key's values; rows: the other keys'), each drawn by _success_panel. An interval reaching
+    past the widest value runs into the grey "beyond" strip at the right."""
     keys = slice_keys or ["study"]
     first, others = keys[0], keys[1:]
     columns = list(np.sort(minimal[first].unique()))
@@ -262,7 +258,9 @@ def success_curves(curve: pd.DataFrame, minimal: pd.DataFrame, slice_keys: list[
 
 
 def _success_panel(ax, points: pd.DataFrame, answer: pd.Series, knob: str, q: float, interval_label: str) -> None:
-    """One slice of success_curves: p with its band, the raw seeds, q, and K* with its interval."""
+    """One slice of success_curves: p(K), the probability that a seed trained at knob value K passes (monotone
+    estimate and band), each value's seeds as a dot at passed / trained (area: seeds), q dashed, K*_q starred with its
+    interval shaded."""
     values = points[knob].to_numpy(dtype=float)  # (m,) the slice's knob values, increasing
     ax.set_ylim(-0.04, 1.04)
     ax.grid(alpha=0.3)
@@ -344,10 +342,8 @@ def open_slices(minimal: pd.DataFrame) -> pd.Series:
 
 def threshold(minimal: pd.DataFrame, slice_keys: list[str], metric: str, theory: list[float | None]) -> Figure:
     """`metric` at diversity* against the first slice key, one line per value of the other slice keys, with its
-    interval [`{metric}_low`, `{metric}_high`] as a bar; an open side (the interval reaches past the widest value
-    tried) is an arrow. A slice whose diversity* is past the widest value has a hollow marker at its interval's
-    bounded end with an arrow the other way; a black ring: the slice is not finished. theory[i] is the
-    reference value of row i's slice (drawn dashed in its line's colour, once per value)."""
+    interval [`{metric}_low`, `{metric}_high`] drawn by _interval_bars. theory[i] is the reference value of row i's
+    slice (drawn dashed in its line's colour, once per value)."""
     fig = new_figure(6.4, 4.4, dpi=110)
     ax = fig.subplots()
     x_key, others = slice_keys[0], slice_keys[1:]
@@ -381,9 +377,7 @@ def threshold(minimal: pd.DataFrame, slice_keys: list[str], metric: str, theory:
 
 def _column(frame: pd.DataFrame, name: str) -> pd.Series:
     """A numeric column, all NaN where the table has none (an older min_diversity.csv)."""
-    if name not in frame:
-        return pd.Series(np.nan, index=frame.index)
-    return pd.to_numeric(frame[name], errors="coerce")
+    return pd.to_numeric(frame[name], errors="coerce") if name in frame else pd.Series(np.nan, index=frame.index)
 
 
 def _interval_bars(ax, x, y, low, high, colour, unfinished) -> int:
@@ -588,11 +582,9 @@ def _draw_level(ax, ratio: np.ndarray, level: float, label: str) -> None:
 
 def _colour_range(results: pd.DataFrame, metric: str) -> tuple[float, float]:
     """[0, 1] for accuracies and rates (comparable across figures); otherwise the data's range, shared by panels."""
-    if metric.endswith(UNIT_INTERVAL_SUFFIXES):
-        return 0.0, 1.0
     values = pd.to_numeric(results[metric], errors="coerce")
     low, high = values.min(), values.max()
-    if not np.isfinite(low):
+    if metric.endswith(UNIT_INTERVAL_SUFFIXES) or not np.isfinite(low):
         return 0.0, 1.0
     return float(low), float(high if high > low else low + 1.0)
 

@@ -94,6 +94,5 @@ def write_specs(out: Path, task: Task, entity: str, project: str, group: str | N
 
 def push(task: Task, entity: str, project: str, group: str | None = None) -> dict[str, str]:
     """Save the workspace and the report to W&B (needs credentials and the network); their URLs."""
-    saved_workspace = workspace(task, entity, project, group).save()
-    saved_report = report(task, entity, project, group, resolve_runsets=True).save()
-    return {"workspace": saved_workspace.url, "report": saved_report.url}
+    return {"workspace": workspace(task, entity, project, group).save().url,
+            "report": report(task, entity, project, group, resolve_runsets=True).save().url}

@@ -30,9 +30,7 @@ def read(out: Path, storage: str | None = None) -> "TrainResult | GridResult | S
     if kind == "train":
         return TrainResult(out, cfg)
     frame = report.results(out, kind, report.member_dirs(out))
-    if kind == "grid":
-        return GridResult(out, cfg, frame)
-    return SearchResult(out, cfg, frame, storage)
+    return GridResult(out, cfg, frame) if kind == "grid" else SearchResult(out, cfg, frame, storage)
 
 
 @dataclass(repr=False)
@@ -44,13 +42,15 @@ class _Result:
     def name(self) -> str:
         return self.config.get("name") or self.out.name
 
-    def _headline(self) -> tuple[str, ...]:
-        """The task's headline metrics; none where the task cannot be loaded here (a task registered in another
-        process)."""
+    def _task(self):
+        """The task of config.yaml; None where it cannot be loaded here (a task registered in another process)."""
         try:
-            return view_of(task_of(self.config)).headline
+            return task_of(self.config)
         except ConfigError:
-            return ()
+            return None
+
+    def _headline(self) -> tuple[str, ...]:
+        return () if (task := self._task()) is None else view_of(task).headline
 
     def _repr_html_(self) -> str:
         return f"<p><b>{type(self).__name__}</b> {self.name} <code>[{self.out}]</code></p>" + self._table().to_html()
@@ -209,10 +209,7 @@ class SearchResult(_Members):
             return self.table
         if report.minimized(self.search):
             return self.table.drop(columns=["study"], errors="ignore")
-        try:
-            axis = task_of(self.config).diversity_axis
-        except ConfigError:
-            axis = ""
+        axis = "" if (task := self._task()) is None else task.diversity_axis
         return figures.answer_table(self.table, [a["key"] for a in self.search.get("slices", [])], axis)
 
 

@@ -128,8 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(stop, stopping.Stopped):  # what finished, as the table the verb prints at its end
             print(stop.so_far, flush=True)
         why = stopping.stopped_by()
-        print(f"headsweep: stopped ({'Ctrl-C' if why == signal.SIGINT else why.name}); {_what_resumes(args)}",
-              file=sys.stderr)
+        # grids and searches keep every finished member and resume
+        resumes = (f"its finished members are in {args.out} (results so far in its tables and report.html); run the "
+                   "same command again to resume: nothing finished is trained again" if args.verb in ("grid", "search")
+                   else "nothing was kept that a rerun would not redo")
+        print(f"headsweep: stopped ({'Ctrl-C' if why == signal.SIGINT else why.name}); {resumes}", file=sys.stderr)
         return 128 + why
     except BrokenPipeError:
         if not _stdout_reader_gone():  # another pipe or socket broke (a worker's): a real error, with its traceback
@@ -137,14 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         # What is still buffered, and whatever exit handlers print, goes nowhere instead of failing again at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_READER_GONE
-
-
-def _what_resumes(args) -> str:
-    """What a stopped verb leaves and how to go on: grids and searches keep every finished member and resume."""
-    if args.verb in ("grid", "search"):
-        return (f"its finished members are in {args.out} (results so far in its tables and report.html); run the same "
-                "command again to resume: nothing finished is trained again")
-    return "nothing was kept that a rerun would not redo"
 
 
 def _stdout_reader_gone() -> bool:

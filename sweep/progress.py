@@ -2,10 +2,7 @@
 
     quickstart  117 trained  0 running  0 failed  234/min  round 11, 8/8 slices finished
 
-Members trained (of the total, for a grid, which then adds an ETA), packs (Ray Tune trials) running and failed for
-good, members trained per minute since this run started (always that one unit), and the sweep's summary: a search's
-round and settled slices, a grid's count of members that generalize OOD. The README's glossary, "The main job", explains
-each.
+Each field is explained in the README's glossary ("The main job").
 
 On a terminal the line is rewritten in place. In a Jupyter notebook (hs.grid, hs.search in a cell) it is tqdm's
 notebook progress bar with the same line beside it; without ipywidgets, which that bar is drawn with, the line is
@@ -117,9 +114,7 @@ def in_jupyter() -> bool:
     """Whether this process is a Jupyter kernel (Jupyter notebook or lab, VS Code, Colab), whose stdout is a cell's
     output; an IPython terminal is not. Imports nothing: a kernel has loaded both modules already."""
     ipython, zmqshell = sys.modules.get("IPython"), sys.modules.get("ipykernel.zmqshell")
-    if ipython is None or zmqshell is None:
-        return False
-    return isinstance(ipython.get_ipython(), zmqshell.ZMQInteractiveShell)
+    return None not in (ipython, zmqshell) and isinstance(ipython.get_ipython(), zmqshell.ZMQInteractiveShell)
 
 
 def _has_widgets() -> bool:

@@ -45,8 +45,6 @@ def text(out: OutDir) -> str:
 
 def line(metrics: dict, headline: tuple[str, ...]) -> str:
     """One training's final metrics in one line: the headline's, then status and steps, then its time."""
-    def fmt(key: str) -> str:
-        value = metrics.get(key)
-        return f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
-
-    return " ".join(fmt(k) for k in (*headline, "status", "steps")) + f" ({metrics['seconds']:.1f} s)"
+    shown = lambda value: f"{value:.3f}" if isinstance(value, float) else value
+    return " ".join(f"{k}={shown(metrics.get(k))}" for k in (*headline, "status", "steps")) \
+        + f" ({metrics['seconds']:.1f} s)"

@@ -1,11 +1,8 @@
-"""The `run_with_cache` contract, read from the consumer's side: helpers that tasks and readouts use to find
-attention patterns in a model's cache, without importing any model.
-
-A model's `run_with_cache(tokens (B, T), query (B,) | None) -> (logits, cache)` returns logits (B, T, N) at every
-position, or (B, N) at each sequence's query when `query` is given, and `cache`, a dict of named activations. A model
-with attention puts each layer's causal pattern there as `blocks.{i}.attn.hook_pattern` (B, H, T_q, T), T_q = 1 for a
-layer that ran at the query only. A model without attention (a convolution, a state-space mixer) puts none: then
-`patterns` is empty and the probes that read attention leave their metrics out.
+"""The `run_with_cache` contract (trainables/models/__init__.py), read from the consumer's side: helpers that tasks
+and readouts use to find each layer's causal attention pattern (`blocks.{i}.attn.hook_pattern` (B, H, T_q, T), T_q = 1
+for a layer that ran at the query only) in a model's cache, without importing any model. A model without attention (a
+convolution, a state-space mixer) puts none: then `patterns` is empty and the probes that read attention leave their
+metrics out.
 """
 from __future__ import annotations
 

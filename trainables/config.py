@@ -277,7 +277,8 @@ def _apply(cfg: DictConfig, layer: Layer) -> None:
             elif depth and node is not None and not isinstance(node, DictConfig):  # update would replace it by {}
                 raise ConfigError(".".join(parts[:depth]), f"is a value ({node!r}), not a section with a key {part}")
             node = _child(node, part)
-        if isinstance(node, DictConfig) and _is_value(value):
+        can_be_section = value is None or isinstance(value, Mapping) or (isinstance(value, str) and "${" in value)
+        if isinstance(node, DictConfig) and not can_be_section:  # a plain value or list for a section
             raise ConfigError(key, f"is a section ({', '.join(map(str, node.keys()))}), not a value: set one of its "
                                    f"keys, e.g. {key}.{next(iter(node.keys()), 'KEY')}=...")
         try:
@@ -302,13 +303,6 @@ def _require_index(items: ListConfig, key: str, part: str) -> None:
     if int(part) >= len(items):
         held = f"elements 0 to {len(items) - 1}" if len(items) else "no elements"
         raise ConfigError(f"{key}.{part}", f"index out of range: {key} has {held}; to add one, {whole}")
-
-
-def _is_value(node: Any) -> bool:
-    """A plain value or list, which cannot stand for a section (None, ??? and interpolations can)."""
-    if node is None or isinstance(node, Mapping):
-        return False
-    return not (isinstance(node, str) and (node == "???" or "${" in node))
 
 
 def _child(parent: Any, name: str) -> Any:
@@ -443,12 +437,9 @@ def _needs_query(name: str) -> bool:
 
 
 def validate(cfg: Config, check_device: bool = True) -> None:
-    """Reject, before any work, what cannot run or would silently mean something else. Raises ConfigError.
-
-    Each part validates itself: the task its data model, the model itself against the task's vocabulary and context,
-    `optim` when the model trains by it, `eval` and `logging`. check_device=False skips the "is there a GPU here"
-    and memory checks, for a driver that schedules trials onto other machines.
-    """
+    """Reject, before any work, what cannot run or would silently mean something else (each part validates itself).
+    Raises ConfigError. check_device=False skips the "is there a GPU here" and memory checks, for a driver that
+    schedules trials onto other machines."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
     require(
         ("seed", cfg.seed >= 0, "must be >= 0"),

@@ -1,11 +1,8 @@
 """The dry run before any work: a config's task and model, built-in or plugin, run on a few sequences and checked
-against the contracts the rest of headsweep relies on. A plugin that breaks one is one line of bad input naming
-`task.name` or `model.name` and what is wrong, before an output directory exists, instead of every trial failing.
-
-Checked once per (task, model) pair in a process (`check`, from config validation): `sample()` of every split
-returns a Batch of the right shapes, dtypes and ranges, and so does the task's batch_sampler for a pack of two (no
-wider than its batch_width); the model's `run_with_cache` (evaluation) and `forward` (training) return logits of the
-right shape; an evaluation reports the task's success metric and only numbers, and so does the task's summary of a run.
+against the contracts the rest of headsweep relies on (batches, logits, the metrics of an evaluation and of a run's
+summary), once per (task, model) pair in a process (`check`, from config validation). A plugin that breaks one is one
+line of bad input naming `task.name` or `model.name` and what is wrong, before an output directory exists, instead of
+every trial failing.
 
 The same run, with the final readout, names the final metrics a trial of the config reports (`reported_metrics`:
 what train() returns, held equal to it by tests/unit/test_dry_run.py), so that a search refuses a misspelt success

@@ -1,14 +1,10 @@
 """The figures of one member: pure functions (arrays) -> matplotlib Figure or uint8 RGB image, shared by the W&B media
-of a trial and the report's gallery; and the figure plumbing every figure uses (new_figure, png_bytes, rgb).
+of a trial (drawn inside it, so here) and the report's gallery; and the figure plumbing every figure uses (new_figure,
+png_bytes, rgb). A whole grid's or search's figures are dashboards/figures.py's. Nothing here knows a task: tasks and
+models compose these functions with their own landmarks and pass the theory's reference values in.
 
-It lives in trainables/ because W&B media are drawn inside a trial, and data flows one way (trainables -> sweep ->
-dashboards); the figures of a whole grid or search (phase diagrams, success curves, thresholds) are
-dashboards/figures.py's. Nothing here knows a task: tasks and models compose these functions with their own
-landmarks (`Task.figures`, `ModelSpec.figures`) and pass the theory's reference values in.
-
-W&B renders a float array in [0, 1] black (a bare uint8 cast), so every map is drawn here and handed over as uint8
-RGB (`rgb`) or PNG bytes (`png_bytes`). Figures are built on `matplotlib.figure.Figure` with an explicit Agg canvas,
-never through pyplot: pyplot keeps global state that is not thread safe and may open a display.
+Figures are built on `matplotlib.figure.Figure` with an explicit Agg canvas, never through pyplot: pyplot keeps
+global state that is not thread safe and may open a display.
 """
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """The bytes of tensors alive while torch code runs, and their peak, on any device: what
-torch.cuda.max_memory_allocated measures on a GPU, measured where there is none. trainables/memory.py's estimate
-measures a model's training step with it, and tests/unit/test_memory.py and bench/memory_estimate.py hold the
-estimate to a whole packed step measured with it.
+torch.cuda.max_memory_allocated measures on a GPU, measured where there is none (trainables/memory.py's estimate).
 
 Every tensor storage an operation inside the block creates counts from its creation until it is freed: autograd's
 saved tensors, a backward's gradients and an optimizer's state are made by operations too. What was alive before the

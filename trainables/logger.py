@@ -120,14 +120,9 @@ class Logger:
 
 def member_logger(cfg, out_dir: Path, *, job_type: str = "train", name: str | None = None) -> Logger:
     """The logger of one member (or a `headsweep train` run): metrics.jsonl in out_dir (the source of truth), then a
-    W&B run when `logging.wandb` is on and the mode is not disabled.
-
-    W&B run: job_type = the verb, group = the experiment name (`cfg.name`), name = `name` or one built from the
-    config (`run_name`), tags = the task's and the model's names, the task's own tags (e.g. length family, OOD split)
-    and `logging.tags`, config = the resolved config as dotted keys (task.lengths.low: 3). A metrics.jsonl that
-    already holds records means a retry resuming from a checkpoint (the trainable kept the records up to it): the W&B
-    run of the earlier attempt is continued rather than a new one started.
-    """
+    W&B run (WandbSink, named `name` or by `run_name`) when `logging.wandb` is on and the mode is not disabled. A
+    metrics.jsonl that already holds records means a retry resuming from a checkpoint (the trainable kept the records
+    up to it): the W&B run of the earlier attempt is continued rather than a new one started."""
     out_dir = Path(out_dir).resolve()  # absolute: Tune trials chdir into a scratch dir
     jsonl = out_dir / "metrics.jsonl"
     resuming = jsonl.exists() and jsonl.stat().st_size > 0
@@ -147,15 +142,11 @@ def member_logger(cfg, out_dir: Path, *, job_type: str = "train", name: str | No
 
 
 class WandbSink:
-    """Mirrors one member to one W&B run: every evaluation as history, media figures, an npz artifact, the summary.
-
-    The run lives in <member dir>/wandb (WANDB_DIR, absolute). Images are the task's and the model's heatmaps
-    (trainables.readouts.member_images: numpy, no figure drawn, a small fraction of a member's training) as uint8 RGB
-    (W&B renders bare float arrays black); the report draws the same arrays as full figures. The diversity measures
-    (`data/*`, constant in a member) are also put in the run's config, so runs can be grouped and filtered by
-    diversity. At close, the arrays of the last media call (the final readout) become an artifact
-    `attention-<run id>` holding attention.npz.
-    """
+    """Mirrors one member to one W&B run in <member dir>/wandb: every evaluation as history, media, the summary, and
+    at close the last media call's arrays (the final readout) as an artifact holding attention.npz. Images are the
+    task's and the model's heatmaps (readouts.member_images: numpy, no figure drawn, a small fraction of a member's
+    training) as uint8 RGB (W&B renders bare float arrays black). The diversity measures (`data/*`, constant in a
+    member) also go in the run's config, so runs can be grouped and filtered by diversity."""
 
     requirements_saved = False  # by a run of this process (see x_save_requirements below)
 

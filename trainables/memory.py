@@ -76,7 +76,10 @@ def needs(cfg, members: int = 1) -> dict[str, int]:
 def activation_floats(cfg, width: int, members: int = 1, training: bool = True) -> float:
     """What one member's training step (or evaluation forward) holds per sequence of `width` positions at its peak
     beyond the batch, in float32-sized units, in a population of `members`: the model's own activation_floats (at
-    n_ctx positions; for an evaluation too, an upper bound), or else measured (measured_floats)."""
+    n_ctx positions; for an evaluation too, an upper bound), or else measured on the CPU, once per config and shape in
+    a process: a forward and backward of the model's loss (or its evaluation forward) on 2 and on 4 sequences of
+    `width` positions, of one member or vmapped over two; the bytes alive after each operation compared
+    (trainables/live_bytes.py): their largest growth per sequence. Tens of milliseconds for the built-in configs."""
     task, spec = task_of(cfg), MODELS[cfg.model.name]
     d_vocab, n_ctx = task.dims(cfg.task)
     d_in, query_only = task.input_width(cfg.task), task.query_only(cfg.task)
@@ -84,19 +87,11 @@ def activation_floats(cfg, width: int, members: int = 1, training: bool = True) 
                                  **({} if d_in is None else {"d_in": d_in}))
     if own is not None:
         return own
-    return measured_floats(spec, cfg.model, d_vocab, n_ctx, d_in, width, query_only, min(members, 2), training)
-
-
-def measured_floats(spec, model_cfg, d_vocab: int, n_ctx: int, d_in: int | None, width: int, query_only: bool,
-                    members: int = 1, training: bool = True) -> float:
-    """activation_floats measured on the CPU, once per config and shape in a process: a forward and backward of the
-    model's loss (or its evaluation forward) on 2 and on 4 sequences of `width` positions, of one member or vmapped
-    over `members`; the bytes alive after each operation compared (trainables/live_bytes.py): their largest growth
-    per sequence. Tens of milliseconds for the built-in configs."""
-    key = (id(spec), repr(model_cfg), d_vocab, n_ctx, d_in, width, query_only, members, training)
+    members = min(members, 2)
+    key = (id(spec), repr(cfg.model), d_vocab, n_ctx, d_in, width, query_only, members, training)
     if key not in _measured:
         with torch.random.fork_rng(devices=[]):
-            model = build_model(spec, model_cfg, d_vocab, n_ctx, d_in)
+            model = build_model(spec, cfg.model, d_vocab, n_ctx, d_in)
         run = lambda n: _live(model, n, width, query_only, d_vocab, d_in, members, training)
         small, large = run(2), run(4)
         if len(small.timeline) == len(large.timeline):  # the same operations: compare them one by one
@@ -108,7 +103,7 @@ def measured_floats(spec, model_cfg, d_vocab: int, n_ctx: int, d_in: int | None,
     return _measured[key]
 
 
-_measured: dict[tuple, float] = {}  # measured_floats, per model config and shape
+_measured: dict[tuple, float] = {}  # activation_floats measured, per model config and shape
 
 
 def _live(model: nn.Module, n: int, width: int, query_only: bool, d_out: int, d_in: int | None, members: int,

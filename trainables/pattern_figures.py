@@ -13,21 +13,18 @@ NOTE = "Full causal attention patterns (query rows, key columns) of the first OO
 
 
 def all_figures(arrays: dict[str, np.ndarray]) -> dict[str, Figure]:
-    out = {}
-    for layer, head in figures.layer_heads(arrays):  # patterns (k, n_layers, H, T, T)
-        full = arrays["patterns"][0, layer, head]  # (T, T)
-        window = min(WINDOW, full.shape[-1])
-        out[f"attention/pattern_L{layer}H{head}"] = figures.attention_pattern(
-            full, window, [], f"Layer {layer} head {head}, first {window} positions", query_row=False)
-    return out
+    return {key: figures.attention_pattern(full, window, [], f"Layer {layer} head {head}, first {window} positions",
+                                           query_row=False) for key, layer, head, full, window in _heads(arrays)}
 
 
 def all_images(arrays: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
-    out = {}
+    return {key: (figures.heatmap_image(full[:window, :window], 0.0, 1.0, "magma", cell=4),
+                  f"query rows x key columns, the first {window} positions of an OOD example")
+            for key, layer, head, full, window in _heads(arrays)}
+
+
+def _heads(arrays: dict[str, np.ndarray]):
+    """Per head: its media key, layer, head, full pattern on the first example (T, T) and the positions shown."""
     for layer, head in figures.layer_heads(arrays):  # patterns (k, n_layers, H, T, T)
-        full = arrays["patterns"][0, layer, head]  # (T, T)
-        window = min(WINDOW, full.shape[-1])
-        out[f"attention/pattern_L{layer}H{head}"] = (
-            figures.heatmap_image(full[:window, :window], 0.0, 1.0, "magma", cell=4),
-            f"query rows x key columns, the first {window} positions of an OOD example")
-    return out
+        full = arrays["patterns"][0, layer, head]
+        yield f"attention/pattern_L{layer}H{head}", layer, head, full, min(WINDOW, full.shape[-1])

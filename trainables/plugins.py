@@ -1,11 +1,9 @@
 """Tasks and models registered from Python (`headsweep.register`): defined anywhere, a notebook cell or a script's
 `__main__`, where no worker could import them by name.
 
-`register(obj)` puts a Task or ModelSpec instance in its registry under its `name` (trainables/registry.py), and
-forgets what this process derived from an earlier one of that name (schemas, dry runs), so a cell run again with a
-changed task is checked again. A sweep ships `registered()` to its Ray workers by value with every trial
-(sweep/tuner.py), and the trainable `adopt`s them before it resolves a name: in the workers they are then what the
-names pick, as in the driver.
+A cell run again with a changed task is checked again (`register` forgets what was derived from the earlier one). A
+sweep ships `registered()` to its Ray workers by value with every trial (sweep/tuner.py), and the trainable `adopt`s
+them before it resolves a name: in the workers they are then what the names pick, as in the driver.
 """
 from __future__ import annotations
 

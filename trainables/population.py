@@ -188,10 +188,9 @@ def compile_mode(cfg) -> str | None:
 def scored_loss(model, model_input: torch.Tensor, query: torch.Tensor | None, targets: torch.Tensor,
                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The mean loss over the scored positions (the query, or where the mask is set), the correct predictions and
-    their count, written without data-dependent shapes so that it vmaps. model(model_input, query) -> outputs.
-    Token targets (B, T) long: cross-entropy and argmax hits. Real-valued targets (B, T, d_out): the squared error
-    averaged over d_out, and no hits (a continuous task has no accuracy). Which one is known from the dtype, before
-    any value is read, so the branch is the same for every member and step."""
+    their count, written without data-dependent shapes so that it vmaps. model(model_input, query) -> outputs. Token
+    or real-valued targets (cross-entropy, or squared error and no hits) are told apart by the dtype, before any value
+    is read, so the branch is the same for every member and step."""
     outputs = model(model_input, query)  # (B, T, N), or (B, N) at the query
     continuous = targets.is_floating_point()
     if query is not None:  # one scored position per sequence

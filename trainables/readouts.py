@@ -1,8 +1,5 @@
-"""A trained model's final readout, the arrays of attention.npz, and the figures drawn from them.
-
-Generic arrays come from the model's cache and weights; the task adds its own (trigger copy: OOD accuracy by
-(l1, l2)) and the final metrics read off them. `trial_figures` is what both the W&B media and the report's
-attention gallery draw.
+"""A trained model's final readout, the arrays of attention.npz (generic ones from the model's cache and weights, and
+the task's own with the final metrics read off them), and the figures and images drawn from them.
 """
 from __future__ import annotations
 

@@ -10,10 +10,9 @@ used, so a broken plugin never breaks the others or the built-ins:
 - an instance registered in this process (`register`, from Python: `headsweep.register`), defined anywhere, even
   where nothing can import it (a notebook cell); the sweep ships it to its workers by value (trainables/plugins.py).
 
-The object a target names must be an instance of the protocol's class (Task, ModelSpec) that implements the required
-methods; anything else is one ConfigError naming the config key and what is wrong. A registry may adapt what it loads
-or is given to its protocol first, once, here where a plugin arrives (a task written against an earlier API:
-trainables/tasks/legacy.py), so nothing downstream needs to know about earlier APIs.
+Anything else than an instance of the protocol's class (Task, ModelSpec) with the required methods is one ConfigError
+naming the config key. A plugin written against an earlier API is adapted here, once, where it arrives
+(trainables/tasks/legacy.py), so nothing downstream needs to know about earlier APIs.
 """
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """What training asks, besides a member's own early stopping, about ending it before its last step: a Stopper.
 
-Training knows only these four questions; the answers are the sweep's. Its verdict rule (sweep/verdicts.py: a seed
-stops once it passed the threshold at `streak` evaluations in a row, a candidate's other seeds once its m-of-n
-verdict is decided) is handed to a trial by the sweep (sweep/tuner.py binds it to trainable.run_trial), so training
-runs whatever a sweep decides without importing it. A run on its own stops on nothing of the kind: NEVER.
-The statuses a stopper leads to are trainables.io's SUCCEEDED and VERDICT_KNOWN.
+Training knows only these four questions; the answers are the sweep's verdict rule (sweep/verdicts.py, bound to
+trainable.run_trial by sweep/tuner.py), so training runs whatever a sweep decides without importing it. A run on its
+own stops on nothing of the kind: NEVER. The statuses a stopper leads to are trainables.io's SUCCEEDED and
+VERDICT_KNOWN.
 """
 from __future__ import annotations
 

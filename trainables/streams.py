@@ -6,9 +6,6 @@ batches whatever it is packed with and in whichever slot, alone included, and re
 operation is elementwise over tensors whose shapes the call fixes: a draw dispatches the same operations for 1 member
 or 256, reads nothing back to the host, and a CUDA graph can capture it (the step counter is a device tensor).
 
-`GeneratorDraws` offers the same calls for one member from a torch.Generator: a task's `sample()` (the evaluation
-sets) runs the very code its population sampler runs, with P = 1.
-
 lowbias32 is Chris Wellons's 32-bit integer hash (hash-prospector); the integers live in int64 tensors, and products
 are formed from 16-bit halves so that none exceeds 2^63 (torch has no unsigned 32-bit multiply).
 """
@@ -103,7 +100,8 @@ class Streams(Draws):
 
 
 class GeneratorDraws(Draws):
-    """One member's draws from a torch.Generator (P = 1): what a task's sample() uses."""
+    """One member's draws from a torch.Generator (P = 1): a task's sample() (the evaluation sets) runs the very code
+    its population sampler runs."""
 
     members = 1
 

@@ -1,13 +1,10 @@
 """The one training loop (`train_members`; `train` is a pack of one), written to be read top to bottom, and the
 small functions of a TrainState it runs, for every task and model.
 
-`init_state` builds the model, its phases and the data streams from the config's one seed; a population.Stack
-takes one optimizer step for every member on its own batch and hands back, at each evaluation, what those steps
-summed on the device (population.Collected); `evaluate` measures a model on its fixed evaluation sets; `decide` is
-the one place a run's status changes (`running` until it ends); `checkpoint` and `restore` capture and reinstate
-everything a run changes, so a resumed run draws the same batches and ends in the same result. A run is the model's
-phases (models/: the one-step model's Algorithm 1 is two single steps of plain SGD; the transformer one phase of
-`optim`), every step on a fresh training batch; every `eval.every` steps (and after the last) the model is measured.
+A run is the model's phases (models/: the one-step model's Algorithm 1 is two single steps of plain SGD; the
+transformer one phase of `optim`), every step on a fresh training batch, taken for every member of a pack at once by
+a population.Stack; every `eval.every` steps (and after the last) the model is measured. `checkpoint` and `restore`
+capture everything a run changes, so a resumed run draws the same batches and ends in the same result.
 tests/unit/test_oracle.py holds the loop to the same training written out in plain PyTorch.
 """
 from __future__ import annotations
@@ -103,8 +100,7 @@ class TrainState:
 @dataclass
 class Result:
     metrics: dict[str, float | str]  # final metrics with flat `split/name` keys, plus status, steps, seconds
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # attention, accuracy matrix, W_KQ: attention.npz;
-    # empty for a member stopped before its first step (_result)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # attention.npz's; none if stopped before a step
 
 
 def init_state(cfg) -> tuple[TrainState, dict[str, Batch], torch.Generator]:
@@ -229,13 +225,9 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
                   on_result: Callable[[int, Result], None] | None = None,
                   stopper: Stopper = NEVER) -> list[Result]:
     """The one training loop: members of one shape (population.pack_key) step together on a population.Stack, each
-    on its own fresh batch; every `eval.every` steps (and after the last) each is measured, and may stop early or
-    diverge, alone. Returns one Result per config, each what training it alone would give.
-
-    stopper (indices: positions in `cfgs`; a sweep's verdict rule, trainables/stopper.py): a member stops as a
-    success once it says the member passed, and once it says the member's training is decided by the results of
-    the others (here or settled in it before this call) it stops where it is, or is not trained at all (then its
-    result measures nothing: _result).
+    on its own fresh batch; every `eval.every` steps (and after the last) each is measured, and may stop early,
+    diverge or be stopped by `stopper` (indices: positions in `cfgs`; a sweep's verdict rule: decide), alone, or not
+    be trained at all (_result). Returns one Result per config, each what training it alone would give.
 
     resumes[i]: a checkpoint of member i to continue from (members resumed together are at the same step).
     on_checkpoint receives {index: checkpoint} of the members whose evaluation was finite, after each evaluation once
@@ -291,16 +283,11 @@ def train_members(cfgs: list, loggers: list[Logger], resumes: list[dict | None],
 
 
 def decide(member: Member, stopper: Stopper, collected: Collected | None = None, metrics: dict | None = None) -> None:
-    """The one place a member's status changes: from `running` to the first of these that holds, with why.
-    At an evaluation (`collected`: its training since the last; `metrics`: this one, None when a loss was not finite):
-    - diverged: a training loss since the last evaluation, or the ID loss, not finite (its result is then its last
-      finite evaluation);
-    - early_stopped: `eval.patience` evaluations in a row without a new best ID loss;
-    - succeeded: the stopper says it passed, before its last step (passing at the last is completing);
-    - completed: it took its last step.
-    Between evaluations (before its first step, and at one once those that ended on their own have settled, so that
-    their results count): completed, for a run resumed at its last step; verdict_known, once the stopper says the
-    others' results decided its candidate's verdict."""
+    """The one place a member's status changes: from `running` to the first status below that holds, with why. At
+    an evaluation (`collected`: its training since the last; `metrics`: this one, None when a loss was not finite) it
+    may diverge (its result is then its last finite evaluation), stop early, succeed or complete; between evaluations
+    (before its first step, and once those that ended on their own have settled, so that their results count) it may
+    complete (resumed at its last step) or stop because the others' results decided its candidate's verdict."""
     state = member.state
     if state.status != "running":
         return

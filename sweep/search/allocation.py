@@ -84,9 +84,7 @@ def unprobed_gap(passed, trained, q: float) -> np.ndarray | None:
     if not len(below) or not len(above):
         return None
     a, b = int(below.max()), int(above.min())
-    if b - a < 2 or passed[a] > 0 or passed[b] < trained[b]:
-        return None
-    return np.arange(a + 1, b)
+    return None if b - a < 2 or passed[a] > 0 or passed[b] < trained[b] else np.arange(a + 1, b)
 
 
 def plan(passed, trained, q: float, confidence: float, fit: estimate.Estimate, left: int, high_end: bool) -> int | None:
@@ -156,10 +154,6 @@ def _bounds(w: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
     return first(tail + 1e-12), first(1.0 - tail - 1e-12)
 
 
-def _entropy(w: np.ndarray) -> np.ndarray:
-    return -(w * np.log(np.maximum(w, TINY))).sum(axis=-1)
-
-
 def predictive(passed: np.ndarray, trained: np.ndarray, batch: int, q: float) -> np.ndarray:
     """(m, batch + 1) the belief's probability that 0 .. batch of `batch` new seeds at each value pass."""
     s, f = passed[:, None], (trained - passed)[:, None]  # (m, 1)
@@ -197,7 +191,7 @@ def look_ahead(passed, trained, batch: int, q: float, confidence: float, among: 
     low, high = _bounds(after, confidence)  # (c, batch + 1)
     chances = predictive(passed, trained, batch, q)[probed]  # (c, batch + 1)
     width = (chances * (high - low)).sum(axis=1).round(9)
-    entropy = (chances * _entropy(after)).sum(axis=1).round(9)
+    entropy = (chances * -(after * np.log(np.maximum(after, TINY))).sum(axis=-1)).sum(axis=1).round(9)
     return int(probed[np.lexsort((probed, width, entropy))[0]])  # least entropy, then width, then the narrowest
 
 

@@ -220,12 +220,10 @@ def waiting_for_pilots(all_slices: list[Slice], search: SearchConfig, wants_more
     start from its verdicts, and each other's, rather than all bisecting blind at once."""
     if not guide.active(search):
         return set()
-    pilots = {}
-    for sl in all_slices:
-        pilots.setdefault(guide.group(sl.point, search.guide), sl)
+    group = lambda sl: guide.group(sl.point, search.guide)
+    pilots = {group(sl): sl for sl in reversed(all_slices)}  # each group's first slice
     busy = {key for key, pilot in pilots.items() if wants_more(pilot.study_name)}
-    return {sl.study_name for sl in all_slices
-            if guide.group(sl.point, search.guide) in busy and pilots[guide.group(sl.point, search.guide)] is not sl}
+    return {sl.study_name for sl in all_slices if group(sl) in busy and pilots[group(sl)] is not sl}
 
 
 def ask(study: optuna.Study, sl: Slice, sampler: samplers.Sampler, chosen: dict, budget: int, search: SearchConfig,

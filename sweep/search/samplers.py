@@ -184,9 +184,8 @@ class Tpe(Sampler):
 
     @classmethod
     def for_slice(cls, search: SearchConfig, values: list, params: list) -> Tpe:
-        plain = Sampler.for_slice(search, values, params)
-        return cls(plain.key, values, plain.min_rate, plain.per_slice, plain.seeds_each, search.tpe.seed,
-                   bool(params), search.per_round)
+        return cls(**vars(Sampler.for_slice(search, values, params)), seed=search.tpe.seed, several=bool(params),
+                   per_round=search.per_round)
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
         # Settings pinned (Optuna 5 changed its defaults): success enters as a constraint, set per trial; several

@@ -51,13 +51,9 @@ class Slice:
         rounded to 6 significant digits, so configs and member directories read cleanly)."""
         point = {knob: params[knob]} if knob else {}
         for param in self.params:
-            values = [_clean(params[name]) for name in param.names()]
+            values = [float(f"{v:.6g}") if isinstance(v := params[name], float) else v for name in param.names()]
             point[param.key] = values if param.size else values[0]
         return point
-
-
-def _clean(value):
-    return float(f"{value:.6g}") if isinstance(value, float) else value
 
 
 def slices(base: config.Config, search: SearchConfig, study_prefix: str) -> list[Slice]:

@@ -37,12 +37,10 @@ def write(out: Path, base: config.Config, search: SearchConfig, studies: dict, a
 
 
 def member_rows(studies: dict, all_slices: list[Slice], search: SearchConfig, out: Path) -> pd.DataFrame:
-    """One row per member (a seed asked at a candidate): study, slice keys, candidate, seed, member id (its
-    directory under trials/), its Optuna trial's state and number, whether the candidate succeeded (feasible), final
-    metrics. The candidate is the knob value, or a name of the params without a knob. A seed asked again after its
-    Optuna trial failed (a driver stopped mid-evaluation: the same seeds, results reused) is one row, under the latest
-    Optuna trial that asked it. A trial whose driver stopped before it could tell it (owners.zombies) is STOPPED, not
-    failed: its seeds that finished count, and a rerun tells them."""
+    """One row per member (a seed asked at a candidate). A seed asked again after its Optuna trial failed (a driver
+    stopped mid-evaluation: the same seeds, results reused) is one row, under the latest Optuna trial that asked it.
+    A trial whose driver stopped before it could tell it (owners.zombies) is STOPPED, not failed: its seeds that
+    finished count, and a rerun tells them."""
     rows = {}
     for sl in all_slices:
         stopped = owners.zombies(studies[sl.study_name])
@@ -71,16 +69,10 @@ def min_diversity_rows(studies: dict, all_slices: list[Slice], search: SearchCon
     driver was stopped before it could tell (a Ctrl-C mid-round), unless another evaluation asked them again.
 
     One row per slice: K*_q (`diversity_star`, blank where the estimate is past the slice's widest knob value) and its
-    interval [`diversity_star_low`, `diversity_star_high`] (its less and its more diverse end, in the knob's order,
-    which for explicit values need not be numeric order; each a value seeds were trained at, or the smallest value;
-    high blank: the interval is open past the widest value, i.e. it may be that no value reaches q; low blank too:
-    every value up to the widest is ruled out); the task's diversity measure (trigger copy: R) at K*_q and at the
-    interval's ends, ordered so that `_low` <= `_high` (blank: unbounded on that side); the widest value tried and p
-    there with its interval; the seeds behind the answer (a slice without any has every answer column blank); whether
-    the slice is finished, why it stopped (`stopped`: settled, budget, plateau near q (budget spent with the rates
-    around the crossing within 0.15 of q), failing (its evaluations kept failing), or open: a search stopped before)
-    and, while not settled, about how many more trainings would settle it at the current rates (`to_settle`, for
-    --extend; 10000: not within reach).
+    interval [`diversity_star_low`, `diversity_star_high`] (in the knob's order, which for explicit values need not
+    be numeric order; high blank: open past the widest value, it may be that no value reaches q; low blank too: every
+    value up to the widest is ruled out); the task's diversity measure at them, ordered so that `_low` <= `_high`; a
+    slice without seeds has every answer column blank.
     The other samplers (bisection, exhaustive, tpe) train the same seeds (search.success.seeds) at every value, which
     the interval's tests cannot treat as independent draws: their rows give the m-of-n answer alone (`diversity_star`:
     the smallest value whose seeds succeed with every wider value evaluated succeeding too), with no interval.

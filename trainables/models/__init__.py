@@ -48,10 +48,9 @@ class ModelSpec:
 
     def activation_floats(self, cfg, d_vocab: int, n_ctx: int, scored: int, d_in: int | None = None) -> float | None:
         """Optional, for trainables/memory.py (which passes `d_in=` for a continuous task): what a training step
-        holds per sequence of n_ctx positions (`scored` of them scored; 1: at a query) at its peak beyond the batch,
-        in float32-sized units of 4 bytes: the activations autograd saves and what is alive beside them there (a
-        backward's gradients, a forward's temporaries). None, the default: memory.py measures it, on the CPU, once
-        per config and shape, for sequences as wide as the training batch's (Task.batch_width)."""
+        holds per sequence of n_ctx positions (`scored` of them scored; 1: at a query) at its peak beyond the batch
+        (saved activations, gradients, temporaries), in float32-sized units of 4 bytes. None, the default: memory.py
+        measures it."""
         return None
 
     def figures(self, arrays: dict) -> dict:

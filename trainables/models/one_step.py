@@ -60,10 +60,8 @@ class OneStepModel(nn.Module):
         return hot, weight
 
     def run_with_cache(self, tokens: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Logits at the query (B, N) and the attention it paid, cached as `blocks.0.attn.hook_pattern` (B, 1, 1, T).
-
-        Positions after each sequence's query are padding and get no attention.
-        """
+        """Logits at the query (B, N) and the attention it paid, cached as `blocks.0.attn.hook_pattern` (B, 1, 1, T);
+        positions after each sequence's query are padding and get no attention."""
         hot, weight = self.features(tokens)  # (B, T, 3) each
         B, T, _ = hot.shape
         rows = torch.arange(B, device=tokens.device)

@@ -72,11 +72,9 @@ class Attention(nn.Module):
             self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention from the rows of x at `positions` to every row of x.
-
-        x (B, T, D); positions (1, T_q) (every row: arange(T)) or (B, 1) (each sequence's query) -> residual update
-        (B, T_q, D) and the causal pattern (B, H, T_q, T).
-        """
+        """Attention from the rows of x at `positions` to every row of x: x (B, T, D); positions (1, T_q) (every
+        row: arange(T)) or (B, 1) (each sequence's query) -> residual update (B, T_q, D) and the causal pattern
+        (B, H, T_q, T)."""
         T = x.shape[1]
         x_query = x if positions.shape[0] == 1 else x[torch.arange(len(x), device=x.device), positions[:, 0], None]
         q = torch.einsum("bqd,hde->bhqe", x_query, self.W_Q)  # (B, H, T_q, d_key)
@@ -173,11 +171,9 @@ class Transformer(nn.Module):
 
     def run_with_cache(self, tokens: torch.Tensor,
                        query: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Logits and the cache of named activations (`blocks.{i}.attn.hook_pattern`: (B, H, T_q, T)).
-
-        Without `query`, logits (B, T, N) at every position. With `query` (B,), the last layer and the unembedding run
-        at each sequence's query only, since nothing else is scored: logits (B, N), the last pattern (B, H, 1, T).
-        """
+        """Logits and the cache of named activations (`blocks.{i}.attn.hook_pattern`: (B, H, T_q, T)): without `query`,
+        logits (B, T, N) at every position; with `query` (B,), the last layer and the unembedding run at each
+        sequence's query only, since nothing else is scored: logits (B, N), the last pattern (B, H, 1, T)."""
         x = self.embed(tokens)  # (B, T, d_model); tokens: (B, T), or (B, T, d_in) inputs
         every_row = torch.arange(tokens.shape[1], device=tokens.device)[None]  # (1, T)
         cache = {}

@@ -3,11 +3,8 @@
 
 A task is an instance of a Task subclass: a built-in is one folder under trainables/tasks/ whose package exposes
 TASK; a plugin's lives in its own package, found by entry point or module path (trainables/registry.py). Training,
-the sweeps, W&B and the reports know tasks only through this interface: the config dataclass and its validation,
-the generator (`batch_sampler`, from which `sample` is derived: Batches with per-position labels and a loss mask),
-the evaluation splits and their metrics, the diversity measures (`data/*`), the success metric and the theory's
-reference lines. How a task is shown (its figures, W&B panels, headline columns) is its view's, apart from this
-protocol (view.py). `task.name` in a config picks one.
+the sweeps, W&B and the reports know tasks only through this interface (how a task is shown is its view's, view.py);
+`task.name` in a config picks one.
 """
 from __future__ import annotations
 
@@ -141,10 +138,8 @@ class Task:
 
     Required: `name`, `config` (a dataclass with a `name` field: the `task:` section's schema) and the methods
     `validate`, `dims`, `batch_sampler` (the one sampling hook: `sample` is derived from it) and `eval_splits` (with an
-    `id` and an `ood` split). Every other attribute and method has a default that works: no diversity measures (the
-    first knob's own value is the diversity axis), and the default view (view.py). How a task is shown is its view's
-    alone: a plugin written before views, or before batch_sampler took a split, is adapted once where it is
-    registered (legacy.py), never by attribute lookups between the two.
+    `id` and an `ood` split). Every other attribute and method has a default that works. A plugin written before
+    views, or before batch_sampler took a split, is adapted once where it is registered (legacy.py).
 
     Keys in ConfigErrors are full dotted keys (`task.n_triggers`), so every message names what a user typed.
     """

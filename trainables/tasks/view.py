@@ -4,9 +4,7 @@ TaskView, Panel and PanelSection (also importable from trainables.tasks).
 
 Every part has a default drawn from the task's science (its success metric, its diversity axis), so a task needs no
 view; one that wants its own subclasses TaskView in its own folder (a built-in's is <task>/view.py) and names the
-class as its Task's `view`. Whatever shows a task, the trial's W&B media (trainables/readouts.py) as much as the
-report and the workspace (dashboards/), asks `view_of(task)`: a view lives in trainables/, so neither side imports
-the other to reach it.
+class as its Task's `view`. Whatever shows a task (readouts.py's W&B media, dashboards/) asks `view_of(task)`.
 """
 from __future__ import annotations
 

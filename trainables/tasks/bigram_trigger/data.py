@@ -15,9 +15,8 @@ followed by itself would lock the chain on one token for good. Outputs may be ot
 
 Splits: train (training and the `id` set), heldout (OOD outputs), late_pairs (Wang & Sato's probe: no trigger, hence
 no trigger-output pair, in the first quarter; scored where label >= 2), long (length `test_len`, scored where label
->= 2). Everything is drawn in a fixed order from one random source (trainables/streams.py: a member's own stream in
-training, a torch.Generator in sample()), so a batch is a function of the seed. A population's training batches are
-drawn at once (sampler): each member its own output pool, every other setting the pack's.
+>= 2). A population's training batches are drawn at once (sampler): each member its own output pool, every other
+setting the pack's.
 """
 from __future__ import annotations
 
@@ -103,8 +102,7 @@ class Tables:
 def sampler(cfgs: list[BigramTriggerConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
     """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, T) tensors of `split` with per-position labels,
     each member its own output pool (n_train_outputs); the bigram, the lengths and the trigger, output and loss
-    settings are the pack's. The members' pools become one (P, V) tensor on `device` here, once, so a draw reads no
-    config and copies nothing to the device."""
+    settings are the pack's."""
     if split not in SPLITS:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
     pack = cfgs[0]  # every field but the member_fields: equal in a pack

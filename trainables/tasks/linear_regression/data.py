@@ -8,10 +8,6 @@ Layout (d_in = D + 1, T = 2n - 1, positions 0-indexed): position 2(k-1) holds x_
 y_k as [y_k, 0, ..., 0]; the last y_n is never shown. The model predicts y_k at x_k's position, so that prediction
 sees exactly the k-1 earlier pairs and x_k. tokens say what a position holds (X = 0, Y = 1); labels number the
 pairs: k-1 at x_k, n + k - 1 at y_k (no padding: every sequence has T positions).
-
-Everything is drawn in a fixed order from one random source (trainables/streams.py: a member's own stream in training,
-a torch.Generator in sample()), so a batch is a function of the seed; members of a pack may differ in the pool size,
-the pool seed and the noise.
 """
 from __future__ import annotations
 
@@ -84,9 +80,7 @@ def _stacked_pools(cfgs: list[LinearRegressionConfig]) -> tuple[torch.Tensor, li
 def sampler(cfgs: list[LinearRegressionConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
     """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, T, ...) tensors of `split` (train: pool tasks;
     fresh: w ~ N(0, I) per sequence), each member its own pool size, pool seed and noise; dim and n_points (shapes)
-    are the pack's. info["task_index"] is each sequence's pool index (FRESH = -1 for a fresh task). The members' pools
-    and noise levels become (P, ...) tensors on `device` here, once, so a draw reads no config and copies nothing to
-    the device."""
+    are the pack's. info["task_index"] is each sequence's pool index (FRESH = -1 for a fresh task)."""
     if split not in SPLITS:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
     D, N = cfgs[0].dim, cfgs[0].n_points  # equal in a pack

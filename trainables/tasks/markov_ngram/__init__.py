@@ -1,9 +1,7 @@
 """The Markov n-gram in-context learning task (SPEC §5) behind the Task protocol: its generator (data.py), the
 in-context strategies and attention probes (metrics.py), Chen et al.'s chi-square mutual information
-(mutual_info.py), figures (figures.py), and what the sweeps, W&B and the reports need to know about it.
-
-Success is a loss gap to minimise: `ood/gap` = the model's loss minus the Bayes-optimal in-context predictor's, on
-tables never in the training pool, at most eval.threshold (nats).
+(mutual_info.py), figures (figures.py), and what the sweeps, W&B and the reports need to know about it. Success:
+`ood/gap` = the model's loss minus the Bayes-optimal in-context predictor's on fresh tables, at most eval.threshold.
 
 SPEC §5's names and the metrics that carry them (split-prefixed, as every task's evaluation metrics are: `id` = tables
 from the pool, `ood` = fresh tables):

@@ -11,10 +11,8 @@ L-1 only (Chen), `all` every other position (Edelman).
 
 Training tables come from a pool of `pool_size` tables drawn once from `pool_seed` (the same pool for every training
 seed, so seeds vary the model, not the data), or are fresh per sequence (pool_size 0). The OOD split always draws
-fresh tables: tables never in the pool. Everything else is drawn in a fixed order from one random source
-(trainables/streams.py: a member's own stream in training, a torch.Generator in sample()), so a batch is a function of
-the seed. Fresh tables, pools and OOD tables come from one Dirichlet sampler with static shapes (log_gamma), so a
-population's batches are drawn at once with nothing read back to the host.
+fresh tables: tables never in the pool. Fresh tables, pools and OOD tables come from one Dirichlet sampler with
+static shapes (log_gamma), so a population's batches are drawn at once with nothing read back to the host.
 """
 from __future__ import annotations
 
@@ -177,8 +175,7 @@ def sampler(cfgs: list[MarkovNgramConfig], device, split: str = "train") -> Call
     """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, L) tensors of `split` (train: pool tables, or
     fresh ones when pool_size is 0; ood: fresh tables), each member its own pool_size, pool_seed and alpha;
     vocab_size, order, seq_len, first and loss_on (shapes and structure) are the pack's. info["table"] is each
-    sequence's pool index (-1 for a fresh table). The members' pools and settings become (P, ...) tensors on `device`
-    here, once, so a draw reads no config and copies nothing to the device."""
+    sequence's pool index (-1 for a fresh table)."""
     if split not in SPLITS:
         raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
     pack = cfgs[0]  # vocab_size, order, seq_len, first and loss_on: equal in a pack

@@ -8,8 +8,8 @@ For a set A of lags and the stationary joint law mu of (x_t, x_{t-1}, .., x_{t-W
 The standard criterion cannot tell the parents {1..n-1} from any superset (a token is independent of older ones
 given its parents, so both are equal); the extra factor mu(z_A) of the modified one penalises every lag added, so
 its argmax is the parent set the FFN selects (Chen et al., Section 3.3). The expectation over pi is the mean over the
-tables given (the training pool, or draws from the prior). Windows run over lags 1 .. W with W = n by default: the
-parents and one lag past them.
+tables given (the training pool, or draws from the prior). Windows run over lags 1 .. W, W = n: the parents and one
+lag past them.
 """
 from __future__ import annotations
 
@@ -48,16 +48,13 @@ def window_joint(tables: torch.Tensor, order: int, window: int) -> torch.Tensor:
     return joint.permute(0, *range(joint.dim() - 1, 0, -1))  # dims: newest (x_t) first, then lags 1 .. window
 
 
-def chi2_mutual_information(tables: torch.Tensor, order: int, window: int = 0) -> dict[tuple[int, ...], tuple[float,
-                                                                                                            float]]:
-    """{lags A: (standard I(A), modified ~I(A))} averaged over the (K, C, S) tables, for every non-empty A in 1 .. W
-    (W = window, or the order n by default)."""
-    window = window or order
-    joint = window_joint(tables.double(), order, window)  # (K, S, S^window)
+def chi2_mutual_information(tables: torch.Tensor, order: int) -> dict[tuple[int, ...], tuple[float, float]]:
+    """{lags A: (standard I(A), modified ~I(A))} averaged over the (K, C, S) tables, for every non-empty A in 1 .. n."""
+    joint = window_joint(tables.double(), order, order)  # (K, S, S^n)
     token = joint.sum(dim=tuple(range(2, joint.dim())))  # (K, S): mu(y)
     values = {}
-    for lags in subsets(window):
-        others = tuple(1 + m for m in range(1, window + 1) if m not in lags)
+    for lags in subsets(order):
+        others = tuple(1 + m for m in range(1, order + 1) if m not in lags)
         marginal = joint.sum(dim=others) if others else joint  # (K, S, S^|A|): mu(y, z_A)
         parents = marginal.sum(1, keepdim=True)  # (K, 1, S^|A|): mu(z_A)
         y_shape = (len(token), -1) + (1,) * (marginal.dim() - 2)

@@ -26,8 +26,6 @@ scored: they are the two components whose losses the task reports; the others ca
 OOD (`ood` split): in-context sequences only, with prefix lengths k in period_high+1..ood_period_high, never seen in
 training. A model that copies through an induction head handles any k; one that memorised the training periods
 (e.g. heads that attend at fixed lags) does not.
-Everything is drawn in a fixed order from one random source (trainables/streams.py: a member's own stream in
-training, a torch.Generator in sample()), so a batch is a function of the seed.
 """
 from __future__ import annotations
 
@@ -91,8 +89,7 @@ def periods(cfg: MixedNgramConfig, split: str) -> tuple[int, int]:
 def sampler(cfgs: list[MixedNgramConfig], device, split: str = "train") -> Callable[[int, Draws], Batch]:
     """The task's batch_sampler: draw(n, draws) -> a Batch of (P, n, T) tensors of `split`: the alpha mixture (train)
     or in-context sequences with unseen periods (ood), each member its own alpha, lazy_noise, rule table and training
-    periods; n_lazy_tokens, n_icl_tokens and seq_len (the shapes) are the pack's. The members' settings become
-    (P, ...) tensors on `device` here, once, so a draw reads no config and copies nothing to the device."""
+    periods; n_lazy_tokens, n_icl_tokens and seq_len (the shapes) are the pack's."""
     per_member = lambda values, dtype: torch.tensor(values, dtype=dtype, device=device)  # (P,)
     bounds = [periods(cfg, split) for cfg in cfgs]
     alpha = per_member([cfg.alpha if split == "train" else 1.0 for cfg in cfgs], torch.float64)  # OOD: in-context

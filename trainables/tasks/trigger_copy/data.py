@@ -2,8 +2,6 @@
 
 Tokens are 0-indexed: triggers are 0..N_trg-1, outputs and fillers N_trg..N-1. Positions in code are 0-indexed:
 the first trigger sits at index l1, the output at l1 + 1, the query at T - 1 with T = l1 + l2 + 3.
-Everything is drawn in a fixed order from one random source (trainables/streams.py: a member's own stream in training,
-a torch.Generator in sample()), so a batch is a function of the seed.
 Per-position labels (FILLER, TRIGGER, OUTPUT, QUERY, PAD) say what each position holds; only the query is scored.
 """
 from __future__ import annotations

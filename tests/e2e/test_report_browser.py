@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -24,10 +23,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests import warm_cli
 from tests.conftest import CONFIGS
 
 
-HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
@@ -146,8 +145,7 @@ def not_blank(png: bytes) -> bool:
 
 def headsweep(*args) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=300, env=env,
-                          stdin=subprocess.DEVNULL)
+    return warm_cli.run(list(map(str, args)), env, timeout=300)
 
 
 @pytest.fixture(scope="module")

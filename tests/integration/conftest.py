@@ -12,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from filelock import FileLock
 
+from tests import warm_cli
 from tests.e2e.conftest import FOREIGN_RAY_VARS, start_head, stop_head
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
@@ -48,21 +50,28 @@ def shared_ray():
 def headsweep(*args, timeout: float = 900, env: dict | None = None,
               own_ray: bool = False) -> subprocess.CompletedProcess:
     """The CLI as a user runs it, without a terminal (a prompt would fail, not hang); its output captured. It joins
-    the session's Ray head unless own_ray (then a grid or search starts a Ray of its own, as on a laptop)."""
+    the session's Ray head unless own_ray (then a grid or search starts a Ray of its own, as on a laptop). Forked
+    from a warm interpreter (tests/warm_cli.py) unless it starts a Ray of its own."""
     env = dict(os.environ if env is None else env)
     env.pop(SHARED_RAY_VAR, None)
-    if not own_ray:
-        env = {k: v for k, v in env.items() if k not in FOREIGN_RAY_VARS} | json.loads(os.environ[SHARED_RAY_VAR])
-    return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL)
+    if own_ray:
+        return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
+    env = {k: v for k, v in env.items() if k not in FOREIGN_RAY_VARS} | json.loads(os.environ[SHARED_RAY_VAR])
+    return warm_cli.run(list(map(str, args)), env, timeout)
 
 
 @pytest.fixture(scope="session")
-def unguided_search(tmp_path_factory) -> Path:
-    """The output directory of one uninterrupted, unpacked run of UNGUIDED_SEARCH: the answer others must give."""
-    out = tmp_path_factory.mktemp("unguided") / "out"
-    proc = headsweep("search", *UNGUIDED_SEARCH, "--out", out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def unguided_search(tmp_path_factory, worker_id) -> Path:
+    """The output directory of one uninterrupted, unpacked run of UNGUIDED_SEARCH: the answer others must give (read
+    only). Run once for the whole run: pytest-xdist's workers share the run's temporary folder, and the first to ask
+    runs it while the others wait on the lock."""
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    out = shared / "unguided" / "out"
+    with FileLock(shared / "unguided.lock"):
+        if not (out / "min_diversity.csv").exists():
+            proc = headsweep("search", *UNGUIDED_SEARCH, "--out", out)
+            assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 

@@ -1,0 +1,26 @@
+"""tests/warm_cli.py: a command forked from the warm server ends as the `headsweep` executable does, with the same
+exit code, stdout and stderr (one line for bad input, argparse's usage, a listing), from the caller's directory."""
+import os
+import subprocess
+
+import pytest
+
+from tests import warm_cli
+from tests.integration.conftest import CONFIGS
+
+
+@pytest.mark.parametrize("args", [
+    ["list"],
+    ["grid", str(CONFIGS / "debug_grid.yaml"), "sweep.seeds=x", "--out", "never"],  # refused at its config: exit 2
+    ["grid"],  # argparse: usage and exit 2
+    ["show", "no-such-dir"],
+])
+def test_a_warm_command_ends_as_the_executable_does(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths resolve against the caller's directory
+    env = dict(os.environ)
+    cold = subprocess.run([warm_cli.HEADSWEEP, *args], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    warm = warm_cli.run(args, env, timeout=120)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    assert cold.stdout or cold.stderr
+    assert not (tmp_path / "never").exists()

@@ -1,0 +1,89 @@
+"""`headsweep` commands started from a warm interpreter, for the tests that run the CLI many times.
+
+A multiprocessing fork server imports the libraries every command imports first (torch, pandas, matplotlib, scipy,
+Optuna: measured 1.7-1.9 s of each command's CPU on this 2-core VM, of ~5.5 s for a debug grid and ~2.7 s for a
+command refused at its config), and each command is a fresh process forked from it that runs `sweep.cli.run()` as
+the console script does: its own argv, environment, working directory, sys.path, stdin (/dev/null), stdout and
+stderr, its exit code, and the interpreter's exit (threads joined, exit handlers run). Preloaded is only what reads
+nothing of a command's own environment when imported: not Ray (ray_constants reads RAY_* variables at import, and a
+command's environment must decide them), not W&B, nothing of headsweep's own (a plugin installed during the session
+must be found as a fresh process finds it). A command whose environment differs from this process's in a variable
+the interpreter or a preloaded library reads when starting (COLD_VARS: PYTHONPATH, HOME, ...) runs as a plain
+subprocess of the `headsweep` executable, as do the tests that signal or kill a driver.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+
+HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
+PRELOAD = ["torch", "pandas", "optuna", "scipy.stats", "matplotlib.figure", "matplotlib.backends.backend_agg",
+           "omegaconf", "yaml", __name__]
+# Variables (by prefix) that the interpreter, torch, matplotlib or the rest of PRELOAD read when started or imported.
+COLD_VARS = ("PYTHON", "HOME", "XDG_", "MPL", "OMP_", "MKL_", "TORCH", "PYTORCH", "CUDA", "LD_")
+_context = None
+_server_env: dict[str, str] = {}  # the environment the server started (and imported PRELOAD) with
+_console_path: list[str] = []  # sys.path of the console script: its folder, then what the interpreter adds
+
+
+def run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, env=env, stdin=DEVNULL, timeout=timeout),
+    forked from the warm server instead of started from scratch, unless `env` changes a COLD_VARS variable."""
+    global _context
+    if _context is None:
+        _server_env.update(os.environ)  # what the server inherits when the first command below starts it
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+        _console_path[:] = [str(Path(HEADSWEEP).parent)] + json.loads(subprocess.check_output(
+            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"], cwd="/"))
+    changed = {key for key in env.keys() | _server_env.keys() if env.get(key) != _server_env.get(key)}
+    if any(key.startswith(COLD_VARS) for key in changed):
+        return subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
+    argv = [HEADSWEEP, *args]
+    with tempfile.TemporaryDirectory(prefix="headsweep-cli-") as scratch:
+        out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
+        command = _context.Process(target=_command, args=(argv, env, os.getcwd(), _console_path, str(out), str(err)))
+        command.start()
+        command.join(timeout)
+        if command.exitcode is None:  # as subprocess.run: killed, then TimeoutExpired with what it wrote
+            command.kill()
+            command.join()
+            raise subprocess.TimeoutExpired(argv, timeout, output=out.read_text(), stderr=err.read_text())
+        return subprocess.CompletedProcess(argv, command.exitcode, out.read_text(), err.read_text())
+
+
+def _command(argv: list[str], env: dict, cwd: str, path: list[str], out: str, err: str) -> None:
+    """In the forked process: become the command, run it, exit as the interpreter would."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:], sys.argv = path, argv
+    for fd, file in ((1, out), (2, err)):
+        opened = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(opened, fd)
+        os.close(opened)
+    code = 1
+    try:
+        from sweep.cli import run as console_script
+        console_script()  # exits the process itself when main() returns
+    except SystemExit as stop:  # argparse's exit 2, and any sys.exit: as the interpreter ends on it
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    threading._shutdown()
+    import atexit
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,5 +1,5 @@
 """tests/warm_cli.py: a command forked from the warm server ends as the `headsweep` executable does, with the same
-exit code, stdout and stderr (one line for bad input, argparse's usage, a listing), from the caller's directory."""
+exit code, stdout and stderr (a listing, one line for bad input, argparse's usage), from the caller's directory."""
 import os
 import subprocess
 
@@ -13,7 +13,6 @@ from tests.integration.conftest import CONFIGS
     ["list"],
     ["grid", str(CONFIGS / "debug_grid.yaml"), "sweep.seeds=x", "--out", "never"],  # refused at its config: exit 2
     ["grid"],  # argparse: usage and exit 2
-    ["show", "no-such-dir"],
 ])
 def test_a_warm_command_ends_as_the_executable_does(args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative paths resolve against the caller's directory

@@ -1,14 +1,14 @@
 """`headsweep` commands started from a warm interpreter, for the tests that run the CLI many times.
 
 A multiprocessing fork server imports the libraries every command imports first (torch, pandas, matplotlib, scipy,
-Optuna: measured 1.7-1.9 s of each command's CPU on this 2-core VM, of ~5.5 s for a debug grid and ~2.7 s for a
-command refused at its config), and each command is a fresh process forked from it that runs `sweep.cli.run()` as
+Optuna: 1-1.8 s of each command's CPU on a 2-core VM, of 5.8 s for a debug grid and 2.7 s for a command refused at its
+config: bench/warm_cli.py), and each command is a fresh process forked from it that runs `sweep.cli.run()` as
 the console script does: its own argv, environment, working directory, sys.path, stdin (/dev/null), stdout and
 stderr, its exit code, and the interpreter's exit (threads joined, exit handlers run). Preloaded is only what reads
 nothing of a command's own environment when imported: not Ray (ray_constants reads RAY_* variables at import, and a
 command's environment must decide them), not W&B, nothing of headsweep's own (a plugin installed during the session
-must be found as a fresh process finds it). A command whose environment differs from this process's in a variable
-the interpreter or a preloaded library reads when starting (COLD_VARS: PYTHONPATH, HOME, ...) runs as a plain
+must be found as a fresh process finds it). A command whose environment differs from the server's in a variable the
+interpreter or a preloaded library reads when starting (COLD_VARS: PYTHONPATH, HOME, ...) runs as a plain
 subprocess of the `headsweep` executable, as do the tests that signal or kill a driver.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 PRELOAD = ["torch", "pandas", "optuna", "scipy.stats", "matplotlib.figure", "matplotlib.backends.backend_agg",
-           "omegaconf", "yaml", __name__]
+           "omegaconf", "yaml", __name__]  # this module too: each command's target is unpickled from it
 # Variables (by prefix) that the interpreter, torch, matplotlib or the rest of PRELOAD read when started or imported.
 COLD_VARS = ("PYTHON", "HOME", "XDG_", "MPL", "OMP_", "MKL_", "TORCH", "PYTORCH", "CUDA", "LD_")
 _context = None

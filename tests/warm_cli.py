@@ -7,14 +7,15 @@ the console script does: its own argv, environment, working directory, sys.path,
 stderr, its exit code, and the interpreter's exit (threads joined, exit handlers run). Preloaded is only what reads
 nothing of a command's own environment when imported: not Ray (ray_constants reads RAY_* variables at import, and a
 command's environment must decide them), not W&B, nothing of headsweep's own (a plugin installed during the session
-must be found as a fresh process finds it). A command whose environment differs from the server's in a variable the
-interpreter or a preloaded library reads when starting (COLD_VARS: PYTHONPATH, HOME, ...) runs as a plain
+must be found as a fresh process finds it). A command whose environment differs from the server's (SERVER_ENV) in a
+variable the interpreter or a preloaded library reads when starting (COLD_VARS: PYTHONPATH, HOME, ...) runs as a plain
 subprocess of the `headsweep` executable, as do the tests that signal or kill a driver.
 """
 from __future__ import annotations
 
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import subprocess
 import sys
@@ -26,31 +27,29 @@ from pathlib import Path
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
 PRELOAD = ["torch", "pandas", "optuna", "scipy.stats", "matplotlib.figure", "matplotlib.backends.backend_agg",
            "omegaconf", "yaml", __name__]  # this module too: each command's target is unpickled from it
-# Variables (by prefix) that the interpreter, torch, matplotlib or the rest of PRELOAD read when started or imported.
+# Variables (by prefix) that the interpreter, torch, matplotlib or the rest of PRELOAD read when started or imported;
+# not PYTHONBREAKPOINT, read at each breakpoint() (a Ray driver in a test's own process sets it in os.environ).
 COLD_VARS = ("PYTHON", "HOME", "XDG_", "MPL", "OMP_", "MKL_", "TORCH", "PYTORCH", "CUDA", "LD_")
+READ_WHEN_USED = {"PYTHONBREAKPOINT"}
+SERVER_ENV = dict(os.environ)  # the server's: os.environ when the tests were collected, before any test changed it
 _context = None
-_server_env: dict[str, str] = {}  # the environment the server started (and imported PRELOAD) with
+forked = 0  # commands forked from the server so far in this process (tests/integration/test_warm_cli.py)
 _console_path: list[str] = []  # sys.path of the console script: its folder, then what the interpreter adds
 
 
 def run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, env=env, stdin=DEVNULL, timeout=timeout),
     forked from the warm server instead of started from scratch, unless `env` changes a COLD_VARS variable."""
-    global _context
-    if _context is None:
-        _server_env.update(os.environ)  # what the server inherits when the first command below starts it
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
-        _console_path[:] = [str(Path(HEADSWEEP).parent)] + json.loads(subprocess.check_output(
-            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"], cwd="/"))
-    changed = {key for key in env.keys() | _server_env.keys() if env.get(key) != _server_env.get(key)}
-    if any(key.startswith(COLD_VARS) for key in changed):
+    changed = {key for key in env.keys() | SERVER_ENV.keys() if env.get(key) != SERVER_ENV.get(key)}
+    if any(key.startswith(COLD_VARS) and key not in READ_WHEN_USED for key in changed):
         return subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL)
+    global forked
+    forked += 1
     argv = [HEADSWEEP, *args]
     with tempfile.TemporaryDirectory(prefix="headsweep-cli-") as scratch:
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-        command = _context.Process(target=_command, args=(argv, env, os.getcwd(), _console_path, str(out), str(err)))
+        command = _server().Process(target=_command, args=(argv, env, os.getcwd(), _console_path, str(out), str(err)))
         command.start()
         command.join(timeout)
         if command.exitcode is None:  # as subprocess.run: killed, then TimeoutExpired with what it wrote
@@ -58,6 +57,27 @@ def run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Comp
             command.join()
             raise subprocess.TimeoutExpired(argv, timeout, output=out.read_text(), stderr=err.read_text())
         return subprocess.CompletedProcess(argv, command.exitcode, out.read_text(), err.read_text())
+
+
+def _server() -> multiprocessing.context.BaseContext:
+    """The fork server's context, the server started on first use with SERVER_ENV (it inherits os.environ, which a
+    test may have changed for itself)."""
+    global _context
+    if _context is None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        the_tests = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(SERVER_ENV)
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(the_tests)
+        _console_path[:] = [str(Path(HEADSWEEP).parent)] + json.loads(subprocess.check_output(
+            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"], cwd="/", env=SERVER_ENV))
+        _context = context
+    return _context
 
 
 def _command(argv: list[str], env: dict, cwd: str, path: list[str], out: str, err: str) -> None:

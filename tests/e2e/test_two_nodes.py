@@ -39,18 +39,16 @@ def test_a_grid_loses_its_second_node_and_still_finishes_every_point(head, tmp_p
     try:
         node = start_node(head, num_cpus=1)
         out = (tmp_path / "grid").resolve()  # the same path on both nodes: one filesystem
-        # The head's CPU is held until a trial trains on the second node: Ray places trials where it likes, and ran
-        # all four on the head in 2 of 4 runs (then the grid proved nothing about losing a node).
+        # The head's CPU is held until a trial trains, so every trial trains on the second node: Ray places trials
+        # where it likes, and ran all four on the head in 2 of 4 runs (then the grid proved nothing about losing a node).
         with cpu_held_on(head, [n["node_id"] for n in head.alive_nodes() if n["node_id"] != node.node_id]):
             with open(tmp_path / "grid.log", "wb") as log:
                 grid = subprocess.Popen([HEADSWEEP, "grid", str(CONFIG), "--out", str(out), "--address", head.address],
                                         env=head.client_env(), stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
-            victim = wait_for_a_checkpointed_trial_on(node, out, grid)
+            victim = frozen_with_a_training_trial(node, out, grid)
         assert victim is not None, log_tail(tmp_path / "grid.log", 80)
-        # Freeze the node before looking: a trial whose result.json is missing now has not finished, so Tune must
-        # retry it (a trial that finished between the look and the kill would prove nothing).
-        freeze(node)
+        # The node is frozen mid-trial: the trial has not finished, so Tune must retry it.
         unfinished = not (victim / "result.json").exists()
         survivors = stop_node(node)  # SIGKILL its process group and every worker it started: the machine died
         assert not survivors, survivors
@@ -98,31 +96,40 @@ def stop_driver(grid: subprocess.Popen | None) -> None:
         grid.wait(timeout=30)
 
 
-def wait_for_a_checkpointed_trial_on(node, out: Path, grid: subprocess.Popen) -> Path | None:
-    """The directory of a trial that a worker of `node` is training and that has logged an evaluation (whose
-    checkpoint it has staged): its worker holds the trial's metrics.jsonl open. None if the grid ended first."""
+def frozen_with_a_training_trial(node, out: Path, grid: subprocess.Popen) -> Path | None:
+    """The node frozen (SIGSTOP) while one of its workers trains a trial that has logged an evaluation (whose
+    checkpoint it has staged): that trial's directory. A trial whose metrics.jsonl is written and whose result.json is
+    not is a candidate; the node is frozen and its processes' open files read (they cannot change while it is
+    frozen): the trial is training there if a worker holds its metrics.jsonl open, else the node is thawed and the
+    look goes on. None if the grid ended first. (Reading every process's open files at each look instead missed four
+    whole trials in one run on a loaded machine.)"""
     deadline = time.monotonic() + GRID_TIMEOUT_S
     while time.monotonic() < deadline and grid.poll() is None:
-        for p in alive(node_processes(node)):
-            try:
-                paths = [Path(f.path) for f in p.open_files()]
-            except psutil.Error:
-                continue
-            for path in paths:
-                if path.name == "metrics.jsonl" and out in path.parents and path.stat().st_size > 0:
-                    return path.parent
-        time.sleep(0.2)
+        for metrics in out.glob("trials/*/metrics.jsonl"):
+            if metrics.stat().st_size > 0 and not (metrics.parent / "result.json").exists():
+                signal_node(node, signal.SIGSTOP)
+                if any(metrics == Path(f.path) for p in alive(node_processes(node)) for f in open_files(p)):
+                    return metrics.parent
+                signal_node(node, signal.SIGCONT)
+        time.sleep(0.1)
     if grid.poll() is None:
-        pytest.fail(f"no trial ran on the second node within {GRID_TIMEOUT_S} s")
+        pytest.fail(f"no trial trained on the second node within {GRID_TIMEOUT_S} s")
     return None
 
 
-def freeze(node) -> None:
-    """SIGSTOP every process of the node (workers have process groups of their own)."""
-    os.killpg(node.process.pid, signal.SIGSTOP)
+def open_files(process: psutil.Process) -> list:
+    try:
+        return process.open_files()
+    except psutil.Error:
+        return []
+
+
+def signal_node(node, sig: signal.Signals) -> None:
+    """SIGSTOP or SIGCONT every process of the node (workers have process groups of their own)."""
+    os.killpg(node.process.pid, sig)
     for p in alive(node_processes(node)):
         try:
-            p.suspend()
+            p.send_signal(sig)
         except psutil.Error:
             pass
 

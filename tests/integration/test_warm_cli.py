@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from tests import warm_cli
-from tests.integration.conftest import CONFIGS
+from tests.integration.conftest import CONFIGS, headsweep
 
 
 @pytest.mark.parametrize("args", [
@@ -23,3 +23,11 @@ def test_a_warm_command_ends_as_the_executable_does(args, tmp_path, monkeypatch)
     assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
     assert cold.stdout or cold.stderr
     assert not (tmp_path / "never").exists()
+
+
+def test_the_suites_commands_are_forked_even_after_a_driver_ran_in_this_process(monkeypatch):
+    """What a test's own Ray driver leaves in os.environ (PYTHONBREAKPOINT) must not turn every later command cold."""
+    monkeypatch.setenv("PYTHONBREAKPOINT", "ray.util.rpdb._driver_set_trace")  # as ray.init sets it
+    before = warm_cli.forked
+    assert headsweep("list").returncode == 0
+    assert warm_cli.forked == before + 1

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import warnings
 from pathlib import Path
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
@@ -41,7 +42,10 @@ def run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Comp
     """subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, env=env, stdin=DEVNULL, timeout=timeout),
     forked from the warm server instead of started from scratch, unless `env` changes a COLD_VARS variable."""
     changed = {key for key in env.keys() | SERVER_ENV.keys() if env.get(key) != SERVER_ENV.get(key)}
-    if any(key.startswith(COLD_VARS) and key not in READ_WHEN_USED for key in changed):
+    if cold := sorted(key for key in changed if key.startswith(COLD_VARS) and key not in READ_WHEN_USED):
+        # Shown in pytest's warnings summary: a variable that drifts in os.environ makes every later command cold.
+        warnings.warn(f"headsweep {args[0] if args else ''} started cold: {', '.join(cold)} differ from the fork "
+                      "server's environment", stacklevel=3)
         return subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL)
     global forked

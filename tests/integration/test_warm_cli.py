@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from tests import warm_cli
-from tests.integration.conftest import CONFIGS, headsweep
+from tests.integration.conftest import CONFIGS
 
 
 @pytest.mark.parametrize("args", [
@@ -25,9 +25,13 @@ def test_a_warm_command_ends_as_the_executable_does(args, tmp_path, monkeypatch)
     assert not (tmp_path / "never").exists()
 
 
-def test_the_suites_commands_are_forked_even_after_a_driver_ran_in_this_process(monkeypatch):
-    """What a test's own Ray driver leaves in os.environ (PYTHONBREAKPOINT) must not turn every later command cold."""
-    monkeypatch.setenv("PYTHONBREAKPOINT", "ray.util.rpdb._driver_set_trace")  # as ray.init sets it
+def test_a_command_is_forked_after_a_driver_in_this_process_set_pythonbreakpoint():
+    """What a test's own Ray driver leaves in os.environ (PYTHONBREAKPOINT, read at each breakpoint() only) must not
+    turn later commands cold; PYTHONPATH, read when the interpreter starts, must."""
     before = warm_cli.forked
-    assert headsweep("list").returncode == 0
+    env = warm_cli.SERVER_ENV | {"PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace"}  # as ray.init sets it
+    assert warm_cli.run(["list"], env, timeout=120).returncode == 0
+    assert warm_cli.forked == before + 1
+    with pytest.warns(UserWarning, match="started cold: PYTHONPATH differ"):
+        assert warm_cli.run(["list"], env | {"PYTHONPATH": "/nowhere"}, timeout=120).returncode == 0
     assert warm_cli.forked == before + 1

@@ -38,15 +38,21 @@ def test_a_grid_loses_its_second_node_and_still_finishes_every_point(head, tmp_p
     node = grid = None
     try:
         node = start_node(head, num_cpus=1)
-        out = (tmp_path / "grid").resolve()  # the same path on both nodes: one filesystem
-        # The head's CPU is held until a trial trains, so every trial trains on the second node: Ray places trials
-        # where it likes, and ran all four on the head in 2 of 4 runs (then the grid proved nothing about losing a node).
-        with cpu_held_on(head, [n["node_id"] for n in head.alive_nodes() if n["node_id"] != node.node_id]):
-            with open(tmp_path / "grid.log", "wb") as log:
-                grid = subprocess.Popen([HEADSWEEP, "grid", str(CONFIG), "--out", str(out), "--address", head.address],
-                                        env=head.client_env(), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-            victim = frozen_with_a_training_trial(node, out, grid)
+        # The head's CPU is held until a trial trains, so every trial should train on the second node: Ray places
+        # trials where it likes, and ran all four on the head in 2 of 4 runs (then the grid proved nothing about losing
+        # a node). On a loaded machine a grid still ended, twice in 8 runs, without a trial seen training on the second
+        # node (why is still open): such a grid proves nothing either, and runs again, at most 3 times.
+        for attempt in range(3):
+            out = (tmp_path / f"grid{attempt}").resolve()  # the same path on both nodes: one filesystem
+            with cpu_held_on(head, [n["node_id"] for n in head.alive_nodes() if n["node_id"] != node.node_id]):
+                with open(tmp_path / "grid.log", "wb") as log:
+                    grid = subprocess.Popen([HEADSWEEP, "grid", str(CONFIG), "--out", str(out), "--address",
+                                             head.address], env=head.client_env(), stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                victim = frozen_with_a_training_trial(node, out, grid)
+            if victim is not None:
+                break
+            assert grid.wait(timeout=GRID_TIMEOUT_S) == 0, log_tail(tmp_path / "grid.log", 80)
         assert victim is not None, log_tail(tmp_path / "grid.log", 80)
         # The node is frozen mid-trial: the trial has not finished, so Tune must retry it.
         unfinished = not (victim / "result.json").exists()

@@ -46,8 +46,7 @@ def run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Comp
         # Shown in pytest's warnings summary: a variable that drifts in os.environ makes every later command cold.
         warnings.warn(f"headsweep {args[0] if args else ''} started cold: {', '.join(cold)} differ from the fork "
                       "server's environment", stacklevel=3)
-        return subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
+        return cold_run(args, env, timeout)
     global forked
     forked += 1
     argv = [HEADSWEEP, *args]
@@ -61,6 +60,12 @@ def run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Comp
             command.join()
             raise subprocess.TimeoutExpired(argv, timeout, output=out.read_text(), stderr=err.read_text())
         return subprocess.CompletedProcess(argv, command.exitcode, out.read_text(), err.read_text())
+
+
+def cold_run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """The `headsweep` executable started from scratch, its output captured, without a terminal."""
+    return subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL)
 
 
 def _server() -> multiprocessing.context.BaseContext:

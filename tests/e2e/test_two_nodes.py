@@ -40,8 +40,9 @@ def test_a_grid_loses_its_second_node_and_still_finishes_every_point(head, tmp_p
         node = start_node(head, num_cpus=1)
         # The head's CPU is held until a trial trains, so every trial should train on the second node: Ray places
         # trials where it likes, and ran all four on the head in 2 of 4 runs (then the grid proved nothing about losing
-        # a node). On a loaded machine a grid still ended, twice in 8 runs, without a trial seen training on the second
-        # node (why is still open): such a grid proves nothing either, and runs again, at most 3 times.
+        # a node). On a loaded machine a grid still ended without a trial seen training on the second node (twice: in a
+        # whole-suite run and beside other test files; why is still open): such a grid proves nothing either, and runs
+        # again, at most 3 times.
         for attempt in range(3):
             out = (tmp_path / f"grid{attempt}").resolve()  # the same path on both nodes: one filesystem
             with cpu_held_on(head, [n["node_id"] for n in head.alive_nodes() if n["node_id"] != node.node_id]):

@@ -55,8 +55,7 @@ def headsweep(*args, timeout: float = 900, env: dict | None = None,
     env = dict(os.environ if env is None else env)
     env.pop(SHARED_RAY_VAR, None)
     if own_ray:
-        return subprocess.run([HEADSWEEP, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
+        return warm_cli.cold_run(list(map(str, args)), env, timeout)
     env = {k: v for k, v in env.items() if k not in FOREIGN_RAY_VARS} | json.loads(os.environ[SHARED_RAY_VAR])
     return warm_cli.run(list(map(str, args)), env, timeout)
 

@@ -1,7 +1,7 @@
 """`headsweep` commands started from a warm interpreter, for the tests that run the CLI many times.
 
 A multiprocessing fork server imports the libraries every command imports first (torch, pandas, matplotlib, scipy,
-Optuna: 1-1.8 s of each command's CPU on a 2-core VM, of 5.8 s for a debug grid and 2.7 s for a command refused at its
+Optuna, and torch._dynamo for the commands that train in process: 1-1.8 s of each command's CPU on a 2-core VM, of 5.8 s for a debug grid and 2.7 s for a command refused at its
 config: bench/warm_cli.py), and each command is a fresh process forked from it that runs `sweep.cli.run()` as
 the console script does: its own argv, environment, working directory, sys.path, stdin (/dev/null), stdout and
 stderr, its exit code, and the interpreter's exit (threads joined, exit handlers run). Preloaded is only what reads
@@ -26,12 +26,18 @@ import warnings
 from pathlib import Path
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
-PRELOAD = ["torch", "pandas", "optuna", "scipy.stats", "matplotlib.figure", "matplotlib.backends.backend_agg",
-           "omegaconf", "yaml", __name__]  # this module too: each command's target is unpickled from it
+# torch._dynamo too: torch.optim imports it when it builds an optimizer (1.4-1.7 s of a command that trains in process).
+PRELOAD = ["torch", "torch._dynamo", "pandas", "optuna", "scipy.stats", "matplotlib.figure",
+           "matplotlib.backends.backend_agg", "omegaconf", "yaml",
+           __name__]  # this module too: each command's target is unpickled from it
 # Variables (by prefix) that the interpreter, torch, matplotlib or the rest of PRELOAD read when started or imported;
-# not PYTHONBREAKPOINT, read at each breakpoint() (a Ray driver in a test's own process sets it in os.environ).
+# not those read only when used, which a library sets in os.environ of a test's own process: PYTHONBREAKPOINT (read
+# at each breakpoint(); a Ray driver sets it) and TORCHINDUCTOR_CACHE_DIR (inductor sets it to its default when it
+# first compiles, and reads it at each cache lookup; the server never imports inductor). Before the second was
+# exempt, a unit test's compiled population turned every later command of its xdist worker cold: 61 call sites in
+# the warnings summary of a whole run on 2026-12-01.
 COLD_VARS = ("PYTHON", "HOME", "XDG_", "MPL", "OMP_", "MKL_", "TORCH", "PYTORCH", "CUDA", "LD_")
-READ_WHEN_USED = {"PYTHONBREAKPOINT"}
+READ_WHEN_USED = {"PYTHONBREAKPOINT", "TORCHINDUCTOR_CACHE_DIR"}
 SERVER_ENV = dict(os.environ)  # the server's: os.environ when the tests were collected, before any test changed it
 _context = None
 forked = 0  # commands forked from the server so far in this process (tests/integration/test_warm_cli.py)

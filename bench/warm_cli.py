@@ -2,6 +2,7 @@
 server, as the integration tests start most of theirs), alternated in one run.
 
     python bench/warm_cli.py --runs 3
+    python bench/warm_cli.py --runs 3 --not-preloaded torch._dynamo   (the server without one of its preloads)
 
 Each command joins a running 2-CPU head as the tests' do (tests/e2e/conftest.py). A cold command's CPU is its own
 (the children's rusage of this process); a warm one's is what its fork server reaps (the server's children CPU),
@@ -28,6 +29,7 @@ from tests import warm_cli  # noqa: E402
 from tests.e2e.conftest import FOREIGN_RAY_VARS, start_head, stop_head  # noqa: E402
 
 COMMANDS = {
+    "debug train": ["train", str(ROOT / "configs/debug.yaml"), "optim.max_steps=50", "eval.every=50"],
     "debug grid": ["grid", str(ROOT / "configs/debug_grid.yaml")],
     "refused config": ["grid", str(ROOT / "configs/debug_grid.yaml"), "sweep.seeds=x"],
     "list": ["list"],
@@ -60,7 +62,12 @@ def run_once(args: list[str], env: dict, warm: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs of each command and way, alternated")
-    runs = parser.parse_args().runs
+    parser.add_argument("--not-preloaded", action="append", default=[], metavar="MODULE",
+                        help="a module of tests/warm_cli.py's PRELOAD the server leaves out (repeat)")
+    args = parser.parse_args()
+    runs = args.runs
+    for module in args.not_preloaded:
+        warm_cli.PRELOAD.remove(module)
     head = start_head(dashboard=False)
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_RAY_VARS} | head.env
     cpu: dict[tuple[str, bool], list[float]] = {}
@@ -70,7 +77,8 @@ def main() -> None:
             for run in range(runs):
                 for name, command in COMMANDS.items():
                     for warm in (False, True):
-                        args = command + (["--out", f"{scratch}/{run}-{warm}"] if command[0] == "grid" else [])
+                        out = ["--out", f"{scratch}/{run}-{warm}-{command[0]}"]
+                        args = command + (out if command[0] in ("grid", "train") else [])
                         cpu.setdefault((name, warm), []).append(run_once(args, env, warm))
                         print(f"{name:>15} {'warm' if warm else 'cold'}: {cpu[name, warm][-1]:.2f} s CPU", flush=True)
     finally:

@@ -1,8 +1,9 @@
 """`headsweep` commands started from a warm interpreter, for the tests that run the CLI many times.
 
 A multiprocessing fork server imports the libraries every command imports first (torch, pandas, matplotlib, scipy,
-Optuna, and torch._dynamo for the commands that train in process: 1-1.8 s of each command's CPU on a 2-core VM, of 5.8 s for a debug grid and 2.7 s for a command refused at its
-config: bench/warm_cli.py), and each command is a fresh process forked from it that runs `sweep.cli.run()` as
+Optuna: 1-1.8 s of each command's CPU on a 2-core VM, of 5.8 s for a debug grid and 2.7 s for a command refused at its
+config; and torch._dynamo, which torch.optim imports: a short `headsweep train` 4.4 -> 3.1 s; bench/warm_cli.py),
+and each command is a fresh process forked from it that runs `sweep.cli.run()` as
 the console script does: its own argv, environment, working directory, sys.path, stdin (/dev/null), stdout and
 stderr, its exit code, and the interpreter's exit (threads joined, exit handlers run). Preloaded is only what reads
 nothing of a command's own environment when imported: not Ray (ray_constants reads RAY_* variables at import, and a

@@ -33,7 +33,7 @@ def test_every_built_in_task_has_a_debug_config():
     assert set(DEBUG) == set(TASKS.builtins)
 
 
-@pytest.mark.parametrize("task, model", itertools.product(TASKS.builtins, MODELS.builtins))
+@pytest.mark.parametrize("task, model", list(itertools.product(TASKS.builtins, MODELS.builtins)))
 def test_the_dry_run_names_the_final_metrics_train_reports(task, model):
     try:
         cfg = config.load(CONFIGS / DEBUG[task], [f"model.name={model}"])

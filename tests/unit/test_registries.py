@@ -42,7 +42,7 @@ def small_config(task: str, model: str) -> config.Config:
 PAIRS = [(t, m) for t in TASKS for m in MODELS]
 
 
-@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("name", list(TASKS))
 def test_every_split_samples_a_consistent_batch_and_pads(name):
     task = TASKS[name]
     cfg = load(name, "transformer").task
@@ -68,7 +68,7 @@ def test_every_split_samples_a_consistent_batch_and_pads(name):
         assert torch.equal(padded.scored_targets(), batch.scored_targets())
 
 
-@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("name", list(TASKS))
 def test_every_task_declares_what_reports_and_searches_read(name):
     task = TASKS[name]
     cfg = load(name, "transformer").task
@@ -106,7 +106,7 @@ def test_a_step_evaluates_and_a_checkpoint_restores_exactly(task, model):
         assert torch.equal(nxt.model_input, Batches([cfg], [twin]).draw(twin.phase().batch_size).model_input)
 
 
-@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("name", list(TASKS))
 def test_every_knob_is_a_config_key_that_moves_the_diversity_measures(name):
     task = TASKS[name]
     base = load(name, "transformer")
@@ -126,7 +126,7 @@ def test_every_knob_is_a_config_key_that_moves_the_diversity_measures(name):
             pytest.fail(f"no valid change of {knob} moves {task.name}'s diversity measures")
 
 
-@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("name", list(TASKS))
 def test_every_media_panel_of_a_task_shows_an_image_its_runs_log(name):
     """A W&B media panel whose key no run logs stays empty forever: each is logged by a run of some model (two heads
     per layer, as the panels show; two training steps)."""

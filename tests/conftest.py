@@ -19,6 +19,13 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ["OMP_NUM_THREADS"] = "1"
 
 import torch  # noqa: E402
+from torch._inductor.runtime.cache_dir_utils import cache_dir  # noqa: E402
+
+# torch sets TORCHINDUCTOR_CACHE_DIR in os.environ to its default when torch._dynamo is first imported (torch.optim
+# imports it: any training in a test's own process) and reads it then. Set here, before tests/warm_cli.py copies the
+# environment its fork server starts with, so that no later import changes it (it did, and every later command of
+# that xdist worker started cold).
+cache_dir()
 
 from tests.postgres_server import postgres  # noqa: F401,E402 (one PostgreSQL per run, for every tier)
 from trainables import config  # noqa: E402

@@ -27,18 +27,14 @@ import warnings
 from pathlib import Path
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
-# torch._dynamo too: torch.optim imports it when it builds an optimizer (1.4-1.7 s of a command that trains in process).
 PRELOAD = ["torch", "torch._dynamo", "pandas", "optuna", "scipy.stats", "matplotlib.figure",
            "matplotlib.backends.backend_agg", "omegaconf", "yaml",
            __name__]  # this module too: each command's target is unpickled from it
 # Variables (by prefix) that the interpreter, torch, matplotlib or the rest of PRELOAD read when started or imported;
-# not those read only when used, which a library sets in os.environ of a test's own process: PYTHONBREAKPOINT (read
-# at each breakpoint(); a Ray driver sets it) and TORCHINDUCTOR_CACHE_DIR (inductor sets it to its default when it
-# first compiles, and reads it at each cache lookup; the server never imports inductor). Before the second was
-# exempt, a unit test's compiled population turned every later command of its xdist worker cold: 61 call sites in
-# the warnings summary of a whole run on 2026-12-01.
+# not PYTHONBREAKPOINT, read at each breakpoint() (a Ray driver in a test's own process sets it in os.environ).
+# (TORCHINDUCTOR_CACHE_DIR, which importing torch._dynamo sets and reads, is set once in tests/conftest.py.)
 COLD_VARS = ("PYTHON", "HOME", "XDG_", "MPL", "OMP_", "MKL_", "TORCH", "PYTORCH", "CUDA", "LD_")
-READ_WHEN_USED = {"PYTHONBREAKPOINT", "TORCHINDUCTOR_CACHE_DIR"}
+READ_WHEN_USED = {"PYTHONBREAKPOINT"}
 SERVER_ENV = dict(os.environ)  # the server's: os.environ when the tests were collected, before any test changed it
 _context = None
 forked = 0  # commands forked from the server so far in this process (tests/integration/test_warm_cli.py)

@@ -25,15 +25,15 @@ def test_a_warm_command_ends_as_the_executable_does(args, tmp_path, monkeypatch)
     assert not (tmp_path / "never").exists()
 
 
-def test_a_command_is_forked_after_a_driver_or_a_compile_in_this_process_set_their_variables():
-    """What a test's own Ray driver or an in-process torch.compile leaves in os.environ (PYTHONBREAKPOINT, read at
-    each breakpoint() only; TORCHINDUCTOR_CACHE_DIR, read at each cache lookup) must not turn later commands cold;
-    PYTHONPATH, read when the interpreter starts, must."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+def test_a_command_is_forked_after_a_driver_or_torch_dynamo_in_this_process_set_their_variables():
+    """What a test's own Ray driver or torch._dynamo's import leaves in os.environ (PYTHONBREAKPOINT, read at each
+    breakpoint() only; TORCHINDUCTOR_CACHE_DIR, set once for the whole run by tests/conftest.py) must not turn later
+    commands cold; PYTHONPATH, read when the interpreter starts, must."""
+    import torch._dynamo  # noqa: F401 (sets TORCHINDUCTOR_CACHE_DIR where it is unset)
 
     before = warm_cli.forked
     env = warm_cli.SERVER_ENV | {"PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace",  # as ray.init sets it
-                                 "TORCHINDUCTOR_CACHE_DIR": default_cache_dir()}  # as inductor sets it
+                                 "TORCHINDUCTOR_CACHE_DIR": os.environ["TORCHINDUCTOR_CACHE_DIR"]}
     assert warm_cli.run(["list"], env, timeout=120).returncode == 0
     assert warm_cli.forked == before + 1
     with pytest.warns(UserWarning, match="started cold: PYTHONPATH differ"):

@@ -67,6 +67,8 @@ def main() -> None:
     args = parser.parse_args()
     runs = args.runs
     for module in args.not_preloaded:
+        if module not in warm_cli.PRELOAD:
+            parser.error(f"--not-preloaded: {module} is not preloaded (tests/warm_cli.py: PRELOAD)")
         warm_cli.PRELOAD.remove(module)
     head = start_head(dashboard=False)
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_RAY_VARS} | head.env

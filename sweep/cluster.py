@@ -138,7 +138,11 @@ def _start_local() -> None:
     # "set RAY_AUTH_MODE=disabled to opt out", which headsweep refuses: not shown.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     with _loopback_only():
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # Ray prestarts a worker per CPU for a node's first driver; none of them would ever run anything here: a Tune
+        # trial's actor runs in a worker of its own runtime environment (Tune always sets PL_DISABLE_FORK), and the
+        # storage check asks nothing of a local Ray. So N idle processes on an N-core machine, ~0.6 s of CPU each.
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _system_config={"prestart_worker_first_driver": False})
 
 
 @contextmanager

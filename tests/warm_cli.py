@@ -41,21 +41,24 @@ forked = 0  # commands forked from the server so far in this process (tests/inte
 _console_path: list[str] = []  # sys.path of the console script: its folder, then what the interpreter adds
 
 
-def run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, env=env, stdin=DEVNULL, timeout=timeout),
-    forked from the warm server instead of started from scratch, unless `env` changes a COLD_VARS variable."""
+def run(args: list[str], env: dict[str, str], timeout: float, cwd: str | os.PathLike | None = None
+        ) -> subprocess.CompletedProcess:
+    """subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, env=env, stdin=DEVNULL, timeout=timeout,
+    cwd=cwd), forked from the warm server instead of started from scratch, unless `env` changes a COLD_VARS
+    variable."""
     changed = {key for key in env.keys() | SERVER_ENV.keys() if env.get(key) != SERVER_ENV.get(key)}
     if cold := sorted(key for key in changed if key.startswith(COLD_VARS) and key not in READ_WHEN_USED):
         # Shown in pytest's warnings summary: a variable that drifts in os.environ makes every later command cold.
         warnings.warn(f"headsweep {args[0] if args else ''} started cold: {', '.join(cold)} differ from the fork "
                       "server's environment", stacklevel=3)
-        return cold_run(args, env, timeout)
+        return cold_run(args, env, timeout, cwd)
     global forked
     forked += 1
     argv = [HEADSWEEP, *args]
     with tempfile.TemporaryDirectory(prefix="headsweep-cli-") as scratch:
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-        command = _server().Process(target=_command, args=(argv, env, os.getcwd(), _console_path, str(out), str(err)))
+        command = server().Process(target=_command,
+                                   args=(argv, env, str(cwd or os.getcwd()), _console_path, str(out), str(err)))
         command.start()
         command.join(timeout)
         if command.exitcode is None:  # as subprocess.run: killed, then TimeoutExpired with what it wrote
@@ -65,13 +68,14 @@ def run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Comp
         return subprocess.CompletedProcess(argv, command.exitcode, out.read_text(), err.read_text())
 
 
-def cold_run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+def cold_run(args: list[str], env: dict[str, str], timeout: float, cwd: str | os.PathLike | None = None
+             ) -> subprocess.CompletedProcess:
     """The `headsweep` executable started from scratch, its output captured, without a terminal."""
     return subprocess.run([HEADSWEEP, *args], capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, cwd=cwd)
 
 
-def _server() -> multiprocessing.context.BaseContext:
+def server() -> multiprocessing.context.BaseContext:
     """The fork server's context, the server started on first use with SERVER_ENV (it inherits os.environ, which a
     test may have changed for itself)."""
     global _context

@@ -315,24 +315,26 @@ def stop_head(head: RayHead) -> list[str]:
             for p in psutil.process_iter(["cmdline"]) if p.pid in {q.pid for q in survivors}]
 
 
-# The e2e tests' shared head, started by the first test that asks for it and stopped after the last e2e test of this
-# process (pytest_runtest_teardown below), not at the session's end: the e2e files run first, and an idle head with
-# its dashboard is ~6% of a core, taken from the integration and unit tiers for the rest of a run on 2 cores.
+# The e2e tests' shared head, started by the first test that asks for it and stopped once this process's next test
+# does not (pytest_runtest_teardown below), not at the session's end: an idle head with its dashboard is ~6% of a
+# core, taken from the other tests for the rest of a run on 2 cores (a second start, ~6 s of CPU, costs less than
+# two minutes of it idle).
 _RUNNING: dict[str, RayHead] = {}
-E2E_DIR = Path(__file__).resolve().parent
+RAY_HEAD_CPUS = 1  # as the integration tier's shared head (tests/integration/conftest.py: why)
 
 
 @pytest.fixture
 def ray_head():
-    """A real single-node Ray head on 127.0.0.1 with token auth: .address, .dashboard_url, .env, .ray(...)."""
+    """A real single-node Ray head on 127.0.0.1 with token auth and RAY_HEAD_CPUS CPUs: .address, .dashboard_url,
+    .env, .ray(...)."""
     if "head" not in _RUNNING:
-        _RUNNING["head"] = start_head()
+        _RUNNING["head"] = start_head(num_cpus=RAY_HEAD_CPUS)
     return _RUNNING["head"]
 
 
 def pytest_runtest_teardown(item, nextitem):
-    """Stop the shared head once this process's next test is not an e2e test (or there is none)."""
-    if "head" in _RUNNING and (nextitem is None or E2E_DIR not in Path(nextitem.path).parents):
+    """Stop the shared head once this process's next test does not use it (or there is none)."""
+    if "head" in _RUNNING and (nextitem is None or "ray_head" not in nextitem.fixturenames):
         survivors = stop_head(_RUNNING.pop("head"))
         assert not survivors, f"processes of the test's ray head survived SIGKILL: {survivors}"
 

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 import headsweep as hs
+from tests import warm_cli
 from tests.conftest import CONFIGS
 from tests.e2e.conftest import cpu_held_on, log_tail, node_processes, start_head, start_node, stop_head, stop_node
 from tests.s3_server import s3_server
@@ -137,10 +138,15 @@ def results(keys: list[str], name: str) -> set[str]:
     return {k.split("/")[1] for k in keys if k.startswith("trials/") and k.endswith("/" + name)}
 
 
+def cli(args: list, env: dict, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """A command no test signals or kills, forked from the warm interpreter (tests/warm_cli.py), its output captured;
+    the drivers that are killed or lose a node are the `headsweep` executable (driver above)."""
+    return warm_cli.run(list(map(str, args)), env, TIMEOUT_S, cwd)
+
+
 def local_reference(head, args: list, out: Path) -> None:
     """The same sweep with its --out on local disk, on the test's head (its second node gone: nothing of a bucket)."""
-    proc = subprocess.run([HEADSWEEP, *map(str, args), "--out", str(out), "--address", head.address],
-                          env=head.client_env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = cli([*args, "--out", out, "--address", head.address], head.client_env(OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -209,7 +215,7 @@ def test_a_grid_in_a_bucket_survives_a_lost_node_and_a_killed_driver(head, s3, t
 
     # The report rebuilt from the bucket alone, anywhere.
     env = head.client_env(HEADSWEEP_CACHE=str(tmp_path / "cache-c"), **s3.credentials)
-    proc = subprocess.run([HEADSWEEP, "report", uri], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = cli(["report", uri], env)
     assert proc.returncode == 0 and proc.stdout.startswith(f"s3://{s3.bucket}/{prefix}/report.html"), proc.stderr
     assert [*(tmp_path / "cache-c" / s3.bucket / prefix).glob("headsweep-*/report.html")]
 
@@ -218,8 +224,7 @@ def test_a_node_that_cannot_use_the_bucket_is_refused_before_anything_runs(head,
     node = private_node(head, s3, secret="not-the-node-secret-0123456789")
     try:
         env = head.client_env(HEADSWEEP_CACHE=str(tmp_path / "cache"), **s3.credentials)
-        proc = subprocess.run([HEADSWEEP, "grid", GRID, "--out", s3.uri("refused/run"), "--address", head.address],
-                              env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = cli(["grid", GRID, "--out", s3.uri("refused/run"), "--address", head.address], env)
     finally:
         assert not stop_node(node)
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -241,6 +246,7 @@ def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres,
             wait_for(lambda: results(s3.keys(prefix), "result.json"), "a finished member", first, log)
         finally:
             kill(first)
+        assert "min_diversity.csv" not in s3.keys(prefix), "the search ended before its driver was killed"
         second = driver(head, s3, args, tmp_path / "cache-b", tmp_path / "second", log)
         try:
             assert second.wait(timeout=TIMEOUT_S) == 0, log_tail(log, 80)
@@ -261,7 +267,7 @@ def test_a_search_in_a_bucket_resumes_from_another_directory(head, s3, postgres,
     # `headsweep show` prints the table from the bucket alone, from a machine that never saw it, writing nothing there
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | s3.credentials \
         | {"HEADSWEEP_CACHE": str(tmp_path / "cache-show")}
-    shown = subprocess.run([HEADSWEEP, "show", uri], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    shown = cli(["show", uri], env)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if "K*_q [interval]" in line)
@@ -280,8 +286,7 @@ def test_bad_bucket_input_is_one_line_naming_the_option_and_writes_nothing(s3, t
     verb = ["search", *SEARCH] if case == "journal" else ["grid", GRID]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | credentials | {
         "HEADSWEEP_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run([HEADSWEEP, *map(str, verb), "--out", uri], env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, cwd=tmp_path)
+    proc = cli([*verb, "--out", uri], env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     [line] = proc.stderr.strip().splitlines()
     option = "--storage" if case == "journal" else "--out"

@@ -19,7 +19,7 @@ TIMEOUT_S = 120
 
 
 def test_a_driver_stopped_with_its_head_writes_what_finished_and_says_so(tmp_path):
-    head = start_head(num_cpus=1)
+    head = start_head(num_cpus=1, dashboard=False)  # drivers only: no jobs API
     out, log = tmp_path / "out", tmp_path / "grid.log"
     grid = None
     try:

@@ -6,6 +6,8 @@ import sys
 import time
 import uuid
 
+from tests.e2e.conftest import RAY_HEAD_CPUS
+
 PROBE = ("import os, ray; ray.init(); "
          "print('probe', os.environ['HEADSWEEP_PROBE'], ray.cluster_resources()['CPU'])")
 RUNTIME_ENV = json.dumps({"env_vars": {"HEADSWEEP_PROBE": "1"}})
@@ -18,7 +20,7 @@ def test_blocking_submit_streams_the_job_output(ray_head):
     proc = ray_head.ray("job", "submit", "--address", ray_head.dashboard_url, "--runtime-env-json", RUNTIME_ENV,
                         "--", sys.executable, "-c", PROBE, env=env, timeout=JOB_TIMEOUT_S)
     assert proc.returncode == 0, proc.stdout
-    assert "probe 1 2.0" in proc.stdout, proc.stdout  # env var from the runtime env; the head's 2 CPUs
+    assert f"probe 1 {float(RAY_HEAD_CPUS)}" in proc.stdout, proc.stdout  # the runtime env's variable; the head's CPUs
     assert "succeeded" in proc.stdout
 
 
@@ -45,7 +47,7 @@ def test_no_wait_submit_then_status_and_logs(ray_head, monkeypatch):
     status_cli = ray_head.ray("job", "status", job_id)
     assert status_cli.returncode == 0 and f"Job '{job_id}' succeeded" in status_cli.stdout, status_cli.stdout
     logs = ray_head.ray("job", "logs", job_id)
-    assert logs.returncode == 0 and "probe 1 2.0" in logs.stdout, logs.stdout
+    assert logs.returncode == 0 and f"probe 1 {float(RAY_HEAD_CPUS)}" in logs.stdout, logs.stdout
 
 
 def test_a_driver_outside_the_cluster_connects_with_the_fixture_env(ray_head):
@@ -54,7 +56,7 @@ def test_a_driver_outside_the_cluster_connects_with_the_fixture_env(ray_head):
             "print('tasks', ray.get(ray.remote(lambda: 7).remote()), ray.cluster_resources()['CPU'])")
     proc = subprocess.run([sys.executable, "-c", code], env=ray_head.client_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=JOB_TIMEOUT_S)
-    assert proc.returncode == 0 and "tasks 7 2.0" in proc.stdout, proc.stdout
+    assert proc.returncode == 0 and f"tasks 7 {float(RAY_HEAD_CPUS)}" in proc.stdout, proc.stdout
 
 
 def test_clients_without_the_token_are_refused(ray_head, tmp_path):

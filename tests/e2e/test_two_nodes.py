@@ -14,6 +14,7 @@ import pandas as pd
 import psutil
 import pytest
 
+from tests import warm_cli
 from tests.conftest import CONFIGS
 from tests.e2e.conftest import (alive, cpu_held_on, log_tail, node_processes, start_head, start_node, stop_head,
                                 stop_node)
@@ -84,8 +85,8 @@ def test_a_node_that_does_not_see_the_output_directory_is_refused_before_anythin
             "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(shared))
     node = start_node(head, num_cpus=1, wrapper=hide)
     try:
-        proc = subprocess.run([HEADSWEEP, "grid", str(CONFIG), "--out", str(out), "--address", head.address],
-                              env=head.client_env(), capture_output=True, text=True, timeout=GRID_TIMEOUT_S)
+        proc = warm_cli.run(["grid", str(CONFIG), "--out", str(out), "--address", head.address], head.client_env(),
+                            GRID_TIMEOUT_S)  # forked from the warm interpreter: refused, it is signalled by no one
     finally:
         survivors = stop_node(node)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]

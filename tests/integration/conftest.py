@@ -36,8 +36,13 @@ def shared_ray():
     """One real Ray head (`ray start --head` on 127.0.0.1, token auth) that the session's `headsweep` runs join
     through RAY_ADDRESS, as a driver on a cluster's head does, instead of each starting and stopping a Ray of its own
     (4-5 s of every run). What is about the Ray a command starts itself (its servers, its files, killed drivers and
-    workers) runs with its own: `headsweep(..., own_ray=True)` or a subprocess of the test's own."""
-    head = start_head(dashboard=False)
+    workers) runs with its own: `headsweep(..., own_ray=True)` or a subprocess of the test's own.
+    One CPU: each xdist worker has a head of its own, so two heads of one CPU are the machine's two cores. A second
+    slot would buy no speed on a machine already busy with the other worker's tests, and would cost a trial worker of
+    its own (~5 s of imports) in every grid or search round of two trials or more, and a prestarted Ray worker no
+    trial uses (Ray starts one per CPU for each driver: ~0.6 s). Two drivers of one search need a slot each
+    (docs/CONFIG.md, "Storage and several drivers"): test_concurrent_search.py's start Rays of their own."""
+    head = start_head(num_cpus=1, dashboard=False)
     os.environ[SHARED_RAY_VAR] = json.dumps(head.env)
     try:
         yield head

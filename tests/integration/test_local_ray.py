@@ -1,5 +1,6 @@
 """The local Ray every verb starts without an address (cluster.connect(None)) serves that process alone: each of its
-servers listens on 127.0.0.1 only, and its GCS answers only requests that carry the token."""
+servers listens on 127.0.0.1 only, its GCS answers only requests that carry the token, and it starts no worker that
+nothing needs."""
 import json
 import subprocess
 import sys
@@ -15,10 +16,17 @@ LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 # Starts the local Ray as a verb does, runs one task (so a worker is up too) and the storage check, prints what the
 # tests need, then keeps Ray up until its stdin closes.
 DRIVER = """
-import json, os, sys, tempfile
-import ray
+import json, os, sys, tempfile, time
+import psutil, ray
 from sweep import cluster
 cluster.connect(None)
+# Ray would prestart its workers as the driver registers: look for a while before anything asks for one
+workers_before_any_task, looked_until = 0, time.monotonic() + 5
+while time.monotonic() < looked_until:
+    titles = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+    workers_before_any_task = max(workers_before_any_task, sum(
+        t.startswith("ray::") and not t.startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent")) for t in titles))
+    time.sleep(0.2)
 
 @ray.remote
 def open_a_wandb_run():
@@ -39,7 +47,8 @@ try:
 except AttributeError:
     asked = True
 print(json.dumps({"gcs": ray.get_runtime_context().gcs_address, "worker_inherited": inherited,
-                  "driver_service": os.environ.get("WANDB_SERVICE"), "storage_check_asked_a_node": asked}),
+                  "driver_service": os.environ.get("WANDB_SERVICE"), "storage_check_asked_a_node": asked,
+                  "workers_before_any_task": workers_before_any_task}),
       flush=True)
 sys.stdin.read()
 """
@@ -109,3 +118,11 @@ def test_the_storage_check_asks_nothing_of_a_local_ray_the_driver_started(local_
     read. A task there would be a worker's time on every grid and search run without an address."""
     seen, _, _ = local_ray
     assert seen["storage_check_asked_a_node"] is False
+
+
+def test_a_local_ray_starts_no_worker_before_something_needs_one(local_ray):
+    """Ray prestarts a worker per CPU for a node's first driver; on a local Ray none of them would run anything (a
+    Tune trial's actor has a runtime environment of its own, and the storage check asks nothing of it): N idle
+    processes on an N-core machine, ~0.6 s of CPU each."""
+    seen, _, _ = local_ray
+    assert seen["workers_before_any_task"] == 0 and psutil.cpu_count() >= 2  # prestarted: one per CPU

@@ -1,9 +1,11 @@
 """A PostgreSQL storage that does not answer (tests/integration/conftest.py's real server), with the URL written as
 the README writes it: postgresql://user:password@host/db. Searches keeping their studies there, two drivers at once:
 tests/integration/test_concurrent_search.py."""
-import subprocess
-import sys
+import time
+import traceback
+from pathlib import Path
 
+from tests import warm_cli
 from tests.conftest import CONFIGS
 from tests.integration.conftest import headsweep
 
@@ -25,24 +27,31 @@ def test_a_storage_that_does_not_answer_is_one_line_exit_2_without_its_password(
         assert not (tmp_path / "o").exists()
 
 
-# Imports first, then waits until every opener is ready, so that they open the database together.
-OPENER = """
-import sys, time
-from pathlib import Path
-from sweep.search import studies
-url, barrier, me, n = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-(barrier / me).touch()
-while len(list(barrier.iterdir())) < n:
-    time.sleep(0.01)
-studies.storage_for(url, Path("."))
-"""
+def open_with_the_others(url: str, barrier: str, me: int, n: int) -> None:
+    """One driver's open of the study storage, in a process of its own: imports first, then waits until every opener
+    is ready, so that they open the database together. What went wrong is left in barrier/me.error."""
+    try:
+        from sweep.search import studies
+        (Path(barrier) / str(me)).touch()
+        while len([p for p in Path(barrier).iterdir() if p.suffix != ".error"]) < n:
+            time.sleep(0.01)
+        studies.storage_for(url, Path("."))
+    except BaseException:
+        (Path(barrier) / f"{me}.error").write_text(traceback.format_exc())
+        raise
 
 
 def test_drivers_opening_a_new_database_at_once_all_open_it(postgres, tmp_path):
     """Each creates Optuna's tables; the slower ones' CREATE collides (a unique violation), and they open it again.
-    Without the retry (SCHEMA_TRIES = 1), some of them fail here every time."""
+    Without the retry (SCHEMA_TRIES = 1), some of them fail here every time. The openers are separate processes,
+    each with its own connections, forked from the warm CLI's server (tests/warm_cli.py: torch, pandas and Optuna
+    imported once, not six times)."""
     url, n = postgres.createdb("opened_at_once"), 6
-    drivers = [subprocess.Popen([sys.executable, "-c", OPENER, url, str(tmp_path), str(i), str(n)],
-                                stderr=subprocess.PIPE, text=True) for i in range(n)]
-    errors = [d.communicate(timeout=300)[1] for d in drivers]
-    assert all(d.returncode == 0 for d in drivers), errors
+    server = warm_cli.server()
+    drivers = [server.Process(target=open_with_the_others, args=(url, str(tmp_path), i, n)) for i in range(n)]
+    for driver in drivers:
+        driver.start()
+    for driver in drivers:
+        driver.join(300)
+    errors = [p.read_text() for p in tmp_path.glob("*.error")]
+    assert [d.exitcode for d in drivers] == [0] * n and not errors, errors

@@ -350,8 +350,9 @@ def test_an_unknown_mode_is_a_config_error():
 
 def test_dashboard_builds_workspace_and_report_specs_offline(tmp_path):
     out = tmp_path / "dash"
+    # Without --push nothing of W&B's is read (no credentials, no HOME): forked warm, where HOME= would start cold
     proc = headsweep("dashboard", "--entity", "team", "--project", "headsweep", "--group", "debug_grid",
-                     "--out", out, env=clean_env(HOME=str(tmp_path)))
+                     "--out", out, env=clean_env())
     assert proc.returncode == 0, proc.stderr
     spec = json.loads((out / "workspace.json").read_text())
     assert (spec["entity"], spec["project"]) == ("team", "headsweep")
@@ -389,7 +390,7 @@ def test_dashboard_push_offline_is_one_clear_line_and_writes_nothing(tmp_path, e
                                        (["--entity", "e", "--project", "has space"], "--project")])
 def test_dashboard_bad_names_fail_before_anything_is_written(tmp_path, args, key):
     out = tmp_path / "dash"
-    proc = headsweep("dashboard", *args, "--out", out, env=clean_env(HOME=str(tmp_path)))
+    proc = headsweep("dashboard", *args, "--out", out, env=clean_env())  # no --push: nothing of HOME read
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and key in proc.stderr
     assert not out.exists()
 

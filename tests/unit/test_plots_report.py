@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.contour import ContourSet
+from matplotlib.figure import Figure
 from PIL import Image
 
 from dashboards.html import Section, gallery, write_report
@@ -106,6 +107,28 @@ def test_png_bytes_decode_to_a_non_uniform_image(tmp_path):
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 10
     path = save_png(diagram(grid_results(), LOW, HIGH, panels=[N_TRG]), tmp_path / "sub" / "phase.png")
     assert path.read_bytes().startswith(b"\x89PNG") and os.listdir(path.parent) == ["phase.png"]
+
+
+def test_png_bytes_are_savefigs_drawn_once(monkeypatch):
+    """The bytes savefig writes (a constrained layout, colour bars, tick labels), from one draw where savefig makes
+    two (a layout pass, then the render); a plugin's Figure() without a canvas is drawn on Agg as savefig would."""
+    def saved(figure) -> bytes:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", metadata={"Software": None})
+        return buffer.getvalue()
+
+    draws = []
+    real_draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda figure, renderer: draws.append(1) or real_draw(figure, renderer))
+    png = png_bytes(diagram(grid_results(), LOW, HIGH, ratio_level=0.4, panels=[N_TRG]))
+    assert len(draws) == 1
+    assert png == saved(diagram(grid_results(), LOW, HIGH, ratio_level=0.4, panels=[N_TRG])) and len(draws) == 3
+    def bare() -> Figure:
+        figure = Figure(figsize=(2, 2), layout="constrained")
+        figure.add_subplot().plot([0, 1], [1, 0])
+        return figure
+
+    assert png_bytes(bare()) == saved(bare())
 
 
 def test_report_is_self_contained_and_escaped(tmp_path):

@@ -420,7 +420,8 @@ def _table_columns(out: Path, frame: pd.DataFrame, view: TaskView) -> list[str]:
     if not (out / "trials").is_dir():
         first = [c for c in first if c != "member"]  # a train dir: the row is the run itself
     metrics = [c for c in (*view.table_columns, "status", "steps", "seconds") if c in frame.columns]
-    error = ["error"] if "error" in frame.columns and frame["error"].fillna("").astype(str).str.len().any() else []
+    # dropna, not fillna(""): a column of no errors is all NaN (float), which pandas 4 will not fill with a string
+    error = ["error"] if "error" in frame.columns and frame["error"].dropna().astype(str).str.len().any() else []
     return list(dict.fromkeys(first + metrics + error))
 
 

@@ -336,3 +336,15 @@ def test_a_threshold_search_report_from_before_the_intervals_still_shows_its_tab
     page = build(out).read_text()
     assert "<h2>Minimal diversity" in page and "<h2>Search traces" in page and "<h2>Measured threshold" in page
     assert "Success curves" not in page and "Not finished" not in page and "not drawn" not in page
+
+
+def test_a_results_table_shows_its_error_column_only_when_a_member_failed_and_warns_nothing(tmp_path):
+    """A column of no errors is all NaN (float): filling it with a string warns now and raises in pandas 4."""
+    from dashboards.report import _table_columns
+    from trainables.tasks import DEFAULT, TASKS, view_of
+    view = view_of(TASKS[DEFAULT])
+    frame = pd.DataFrame({"seed": [0, 1], "status": ["completed", "error"], "error": [float("nan")] * 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "error" not in _table_columns(tmp_path, frame, view)
+        assert "error" in _table_columns(tmp_path, frame.assign(error=[float("nan"), "ValueError: x"]), view)

@@ -51,9 +51,8 @@ def main() -> None:
     render(png_bytes)  # fonts and caches warm
     seconds = {"png_bytes (one draw)": [], "savefig (layout pass + draw)": []}
     for _ in range(args.rounds):
-        for (name, times), encode in zip(seconds.items(), (png_bytes, saved)):
-            spent, pngs = render(encode)
-            times.append(spent)
+        for times, encode in zip(seconds.values(), (png_bytes, saved)):
+            times.append(render(encode)[0])
         assert render(png_bytes)[1] == render(saved)[1], "png_bytes and savefig gave different bytes"
     figures = len(render(png_bytes)[1])
     print(f"{args.out}: {figures} figures of {len(members)} members, {args.rounds} rounds alternated, bytes equal")

@@ -123,6 +123,7 @@ def test_png_bytes_are_savefigs_drawn_once(monkeypatch):
     png = png_bytes(diagram(grid_results(), LOW, HIGH, ratio_level=0.4, panels=[N_TRG]))
     assert len(draws) == 1
     assert png == saved(diagram(grid_results(), LOW, HIGH, ratio_level=0.4, panels=[N_TRG])) and len(draws) == 3
+
     def bare() -> Figure:
         figure = Figure(figsize=(2, 2), layout="constrained")
         figure.add_subplot().plot([0, 1], [1, 0])

@@ -50,6 +50,7 @@ def connect(address: str | None) -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # Snapshots after each checkpoint are what makes a killed grid resumable; Tune's warning about them is noise.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    logging.getLogger("ray.tune.utils.util").addFilter(_without_slow_operation_notices)  # (once: the same object)
     global _kept, _own_node
     if ray.is_initialized():
         if not (_kept and address):
@@ -61,6 +62,14 @@ def connect(address: str | None) -> None:
         _start_local()
         _kept, _own_node = _keep_local, ray.get_runtime_context().get_node_id()
     stopping.on_sigterm()  # ray.init set Ray's handler, which exits at once
+
+
+def _without_slow_operation_notices(record: logging.LogRecord) -> bool:
+    """Drops Tune's "The `process_trial_result` operation took 1.149 s, which may be a performance bottleneck" (and
+    "Processing trial results took ... Please consider reporting results less frequently"): advice to whoever calls
+    tune.report, which is headsweep, once per pack and checkpoint. On a machine whose cores the trials fill, the
+    driver's own bookkeeping passes Tune's 0.5 s now and then, and a notebook cell showed eight such lines."""
+    return "may be a performance bottleneck" not in record.getMessage()
 
 
 def own_node() -> str | None:

@@ -2,7 +2,7 @@
 issue [api] items 4 and 5): a task and a model defined in its cells, registered, trained in the kernel, gridded and
 searched on a Ray the kernel starts, plotted, read back. Every cell runs without error; the sweeps' cells show the
 progress bar and their result's table and no line of Ray's or W&B's; the plots are images; the directories read back
-in this process.
+in this process. Then, in the same kernel, a search is stopped as the notebook's stop button stops it.
 
 The kernel runs this interpreter with this checkout first on its path (so do the Ray workers it starts), its Jupyter
 and IPython files in a temporary directory: nothing is written to the user's home but Ray's own token file."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from ipykernel.kernelspec import install
-from jupyter_client.manager import start_new_kernel
+from jupyter_client import KernelManager
 from nbclient import NotebookClient
 
 import headsweep as hs
@@ -47,15 +47,60 @@ def jupyter_home(home: Path):
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory):
-    """The notebook after a real kernel ran it in a fresh directory: (notebook, that directory, seconds it took)."""
+def kernel_run(tmp_path_factory):
+    """One kernel runs the notebook in a fresh directory, then a search is stopped in it (the Ray the notebook's sweeps
+    kept is up already: a kernel and a Ray fewer to start): (notebook, directory, seconds the notebook took, what
+    stop_a_search saw)."""
     home, work = tmp_path_factory.mktemp("jupyter"), tmp_path_factory.mktemp("notebook")
+    (work / "configs").symlink_to(ROOT / "configs")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     with jupyter_home(home):
-        started = time.monotonic()
-        NotebookClient(notebook, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S,
-                       resources={"metadata": {"path": str(work)}}).execute()
-    return notebook, work, time.monotonic() - started
+        manager = KernelManager(kernel_name=KERNEL)
+        manager.start_kernel(cwd=str(work))
+        try:
+            started = time.monotonic()
+            runner = NotebookClient(notebook, km=manager, timeout=CELL_TIMEOUT_S)  # our kernel: left running
+            runner.execute()
+            seconds = time.monotonic() - started
+            # (runner's client: a second client of this manager would share its session, and the kernel's replies)
+            return notebook, work, seconds, stop_a_search(manager, runner.kc, work)
+        finally:
+            manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def executed(kernel_run):
+    """The notebook after a real kernel ran it: (notebook, its directory, seconds it took)."""
+    return kernel_run[:3]
+
+
+@pytest.fixture(scope="module")
+def stopped(kernel_run):
+    """(what the stopped search's cell showed, the error it ended with, the status of a cell run after it, its --out)"""
+    return kernel_run[3]
+
+
+def stop_a_search(manager, client, work: Path) -> tuple:
+    """The notebook's stop button (an interrupt to the kernel) once a seed of an hs.search has finished."""
+    out = work / "runs" / "stopped"
+    cell = client.execute('hs.search(hs.config("configs/quickstart.yaml", "logging.wandb=false"), out="runs/stopped")')
+    deadline = time.monotonic() + CELL_TIMEOUT_S
+    while not list(out.glob("trials/*/result.json")):  # a seed has finished: stop it now
+        assert time.monotonic() < deadline, "no seed finished"
+        time.sleep(0.5)
+    manager.interrupt_kernel()
+    shown, error = [], None
+    while True:
+        message = client.get_iopub_msg(timeout=CELL_TIMEOUT_S)
+        if message["parent_header"].get("msg_id") != cell:
+            continue
+        content = message["content"]
+        shown.append(content.get("text", "") + content.get("data", {}).get("text/plain", ""))
+        error = content["ename"] if message["msg_type"] == "error" else error
+        if message["msg_type"] == "status" and content["execution_state"] == "idle":
+            break
+    alive = client.execute_interactive("1 + 1", timeout=60)["content"]["status"]
+    return "".join(shown), error, alive, out
 
 
 def test_the_committed_notebook_is_valid_and_holds_no_outputs():
@@ -137,38 +182,11 @@ def test_the_output_directories_read_back_here(executed):
     assert len(saved) == 2 and all("name: running_mean" in path.read_text() for path in saved)
 
 
-def test_a_search_stopped_from_the_notebook_shows_the_table_so_far_and_keeps_what_finished(tmp_path):
+def test_a_search_stopped_from_the_notebook_shows_the_table_so_far_and_keeps_what_finished(stopped):
     """The notebook's stop button (an interrupt to the kernel) during hs.search: the cell shows the table so far
     (unfinished slices marked) and ends with a KeyboardInterrupt (Stopped), the kernel lives on, and every seed that
     finished is in the directory, read back by hs.load, none of them marked failed."""
-    (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "configs").symlink_to(ROOT / "configs")
-    out = tmp_path / "work" / "runs" / "stopped"
-    with jupyter_home(tmp_path / "jupyter"):
-        manager, client = start_new_kernel(kernel_name=KERNEL, cwd=str(tmp_path / "work"))
-        try:
-            cell = client.execute('import headsweep as hs\n'
-                                  'hs.search(hs.config("configs/quickstart.yaml", "logging.wandb=false"), '
-                                  'out="runs/stopped")')
-            deadline = time.monotonic() + CELL_TIMEOUT_S
-            while not list(out.glob("trials/*/result.json")):  # a seed has finished: stop it now
-                assert time.monotonic() < deadline, "no seed finished"
-                time.sleep(0.5)
-            manager.interrupt_kernel()
-            shown, error = [], None
-            while True:
-                message = client.get_iopub_msg(timeout=CELL_TIMEOUT_S)
-                if message["parent_header"].get("msg_id") != cell:
-                    continue
-                content = message["content"]
-                shown.append(content.get("text", "") + content.get("data", {}).get("text/plain", ""))
-                error = content["ename"] if message["msg_type"] == "error" else error
-                if message["msg_type"] == "status" and content["execution_state"] == "idle":
-                    break
-            alive = client.execute_interactive("1 + 1", timeout=60)["content"]["status"]
-        finally:
-            manager.shutdown_kernel(now=True)
-    printed = "".join(shown)
+    printed, error, alive, out = stopped
     assert error == "Stopped" and alive == "ok", printed[-3000:]  # sweep.stopping.Stopped, a KeyboardInterrupt
     assert "K*_q [interval]" in printed and "no (open)" in printed, printed[-3000:]
     found = hs.load(out)

@@ -1,6 +1,6 @@
 """The local Ray every verb starts without an address (cluster.connect(None)) serves that process alone: each of its
-servers listens on 127.0.0.1 only, its GCS answers only requests that carry the token, and it starts no worker that
-nothing needs."""
+servers listens on 127.0.0.1 only, its GCS answers only requests that carry the token, it starts no worker that
+nothing needs, and Tune's notices of slow operations are not shown."""
 import json
 import subprocess
 import sys
@@ -141,8 +141,8 @@ def test_a_local_ray_starts_no_worker_before_something_needs_one(local_ray):
 
 
 def test_tunes_notices_of_slow_operations_are_not_shown(local_ray):
-    """"The `process_trial_result` operation took 1.149 s, which may be a performance bottleneck": advice to whoever
-    calls tune.report (headsweep, once per pack). The driver's bookkeeping passes Tune's 0.5 s now and then on a
-    machine the trials fill: eight such lines in one notebook cell. Tune's other warnings still show."""
+    """Tune's "The `process_trial_result` operation took 1.149 s, which may be a performance bottleneck" is advice to
+    whoever calls tune.report (headsweep, once per pack). The driver's bookkeeping passes Tune's 0.5 s now and then on
+    a machine the trials fill: eight such lines in one notebook cell. Tune's other warnings still show."""
     seen, _, _ = local_ray
     assert seen["tune_warnings"] == ["Install psutil to monitor system performance."]

@@ -2,7 +2,7 @@
 server, as the integration tests start most of theirs), alternated in one run.
 
     python bench/warm_cli.py --runs 3
-    python bench/warm_cli.py --runs 3 --not-preloaded torch._dynamo   (the server without one of its preloads)
+    python bench/warm_cli.py --runs 3 --not-preloaded scipy.stats   (the server without one of its preloads)
 
 Each command joins a running 2-CPU head as the tests' do (tests/e2e/conftest.py). A cold command's CPU is its own
 (the children's rusage of this process); a warm one's is what its fork server reaps (the server's children CPU),

@@ -2,7 +2,7 @@
 
 A multiprocessing fork server imports the libraries every command imports first (torch, pandas, matplotlib, scipy,
 Optuna: 1-1.8 s of each command's CPU on a 2-core VM, of 5.8 s for a debug grid and 2.7 s for a command refused at its
-config; and torch._dynamo, which torch.optim imports: a short `headsweep train` 4.4 -> 3.1 s; bench/warm_cli.py),
+config; bench/warm_cli.py; torch._dynamo no more: headsweep's optimizers never import it, trainables/optim.py),
 and each command is a fresh process forked from it that runs `sweep.cli.run()` as
 the console script does: its own argv, environment, working directory, sys.path, stdin (/dev/null), stdout and
 stderr, its exit code, and the interpreter's exit (threads joined, exit handlers run). Preloaded is only what reads
@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 
 HEADSWEEP = str(Path(sys.executable).parent / "headsweep")
-PRELOAD = ["torch", "torch._dynamo", "pandas", "optuna", "scipy.stats", "matplotlib.figure",
+PRELOAD = ["torch", "pandas", "optuna", "scipy.stats", "matplotlib.figure",
            "matplotlib.backends.backend_agg", "omegaconf", "yaml",
            __name__]  # this module too: each command's target is unpickled from it
 # Variables (by prefix) that the interpreter, torch, matplotlib or the rest of PRELOAD read when started or imported;

@@ -5,6 +5,7 @@ A run is a list of phases, each one optimizer for a number of steps at a batch s
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import shutil
@@ -15,13 +16,59 @@ import torch
 
 from trainables.errors import require
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 SCHEDULES = ("constant", "cosine", "linear")  # the learning rate after the warm-up: held, or decayed to optim.min_lr
 COMPILE = ("auto", "always", "never", "reduce-overhead")  # not on/off, which YAML reads as booleans
 # `optim.compile=auto` compiles runs of at least this many steps: on 2 CPU cores compiling the paper transformer's step
 # takes about 2.5 s with inductor's cache warm and 6.5-22 s cold (plus importing torch._dynamo), and the compiled step
 # is 1.3x faster: at 5,000 steps it was a wash, it pays from about 6,000 on (docs/PERFORMANCE.md).
 COMPILE_AUTO_STEPS = 10000
+
+
+def _undecorated(method: Callable) -> Callable:
+    """The function under a torch.optim method's decorators (each keeps what it wraps as __wrapped__, functools.wraps'
+    convention); the method itself where it has none."""
+    return inspect.unwrap(method)
+
+
+class _Eager:
+    """torch.optim's methods, run as they are, without the decorators that import torch._dynamo on their first call
+    (1.1-1.4 s of CPU, a quarter of a trial worker's start on 2 cores) only to tell a compiler not to trace them into
+    a graph: `torch._disable_dynamo` on add_param_group, zero_grad, state_dict and load_state_dict, and step's wrapper,
+    which sets grad mode to `differentiable` and breaks the graph around the update. headsweep compiles a member's
+    forward and backward (population.py), never an optimizer's method: they only ever run eagerly, where the
+    decorators do nothing else. The state, its state_dict and every update are torch's own (bit for bit:
+    tests/unit/test_optim.py, which also checks that training imports no torch._dynamo)."""
+
+    def add_param_group(self, param_group: dict) -> None:
+        _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+
+    def state_dict(self) -> dict:
+        return _undecorated(torch.optim.Optimizer.state_dict)(self)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        _undecorated(torch.optim.Optimizer.load_state_dict)(self, state_dict)
+
+    def step(self, closure=None):
+        with torch.set_grad_enabled(self.defaults["differentiable"]):
+            return _undecorated(super().step)(self, closure)
+
+
+class Adam(_Eager, torch.optim.Adam):
+    pass
+
+
+class AdamW(_Eager, torch.optim.AdamW):
+    pass
+
+
+class SGD(_Eager, torch.optim.SGD):
+    pass
+
+
+OPTIMIZERS = {"adam": Adam, "adamw": AdamW, "sgd": SGD}
 
 
 @dataclass

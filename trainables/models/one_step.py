@@ -16,7 +16,7 @@ from torch import nn
 
 from trainables.errors import require
 from trainables.models import ModelSpec
-from trainables.optim import Phase
+from trainables.optim import SGD, Phase
 
 
 @dataclass
@@ -130,8 +130,8 @@ class OneStepSpec(ModelSpec):
     def phases(self, cfg: OneStepConfig, optim, model: OneStepModel) -> list[Phase]:
         """Algorithm 1: from W_KQ = W_V = 0, one plain gradient step on W_V, then one on W_KQ at the new W_V, each
         on fresh samples. Plain SGD without momentum makes each step exactly W <- W - eta * grad."""
-        return [Phase(torch.optim.SGD([model.W_V], lr=cfg.eta_V), 1, cfg.n_samples_V),
-                Phase(torch.optim.SGD([model.W_KQ], lr=cfg.eta_KQ), 1, cfg.n_samples_KQ)]
+        return [Phase(SGD([model.W_V], lr=cfg.eta_V), 1, cfg.n_samples_V),
+                Phase(SGD([model.W_KQ], lr=cfg.eta_KQ), 1, cfg.n_samples_KQ)]
 
     def figures(self, arrays: dict) -> dict:
         """W_KQ (D x D, rows = key features, columns = query features) with the blocks of [p_t ; e_{z_t} ; e_{z_{t-1}}]:

@@ -118,7 +118,9 @@ class RayNode:
 def start_head(num_cpus: int = 2, dashboard: bool = True) -> RayHead:
     """`ray start --head` on 127.0.0.1 in its own session, returned once it serves. Without `dashboard` (what the
     integration tests' shared head needs: drivers only, no jobs API) Ray runs its dashboard in minimal mode, without
-    the modules whose CPU over a whole suite on 2 cores is not nothing; it is ready once `ray start` says so."""
+    the modules whose CPU over a whole suite on 2 cores is not nothing, and no log monitor (it tails every worker's
+    log for drivers that print worker output; headsweep's drivers never do: log_to_driver=False); it is ready once
+    `ray start` says so."""
     # Ray's unix sockets live under the temp dir and must stay under ~107 characters: a short dir in /tmp.
     temp_dir = Path(tempfile.mkdtemp(prefix="hsray-", dir="/tmp"))
     token = secrets.token_hex(32)  # what `ray get-auth-token --generate` makes
@@ -147,6 +149,7 @@ def start_head(num_cpus: int = 2, dashboard: bool = True) -> RayHead:
     cmd = [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
            f"--include-dashboard={str(dashboard).lower()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={port}",
            f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client_server}",
+           f"--include-log-monitor={str(dashboard).lower()}",
            f"--num-cpus={num_cpus}", "--num-gpus=0", "--object-store-memory=500000000",
            f"--temp-dir={temp_dir}", "--disable-usage-stats"]
     with open(head.log_path, "wb") as log:

@@ -17,6 +17,7 @@ What Ray 2.60 needs, found by reading its source and trying it (docs/CLUSTER.md 
 """
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -193,7 +194,6 @@ def start_node(head: RayHead, num_cpus: int = 1, wrapper: tuple[str, ...] = ()) 
     """A second Ray node on 127.0.0.1 that joins `head`, in its own session; returns once the head lists it alive.
     wrapper: a command that runs the node (e.g. `unshare --mount ...`), which must exec it in the same process."""
     temp_dir = Path(tempfile.mkdtemp(prefix="hsnode-", dir="/tmp"))  # socket paths must stay short
-    known = {n["node_id"] for n in head.alive_nodes()}  # the head and any node already there
     env = {**head.client_env(), "RAY_USAGE_STATS_ENABLED": "0"}
     cmd = [*wrapper, sys.executable, WORKER_NODE, head.address, str(num_cpus), str(temp_dir)]
     node = RayNode(process=None, temp_dir=temp_dir, log_path=temp_dir / "node.log")
@@ -201,18 +201,28 @@ def start_node(head: RayHead, num_cpus: int = 1, wrapper: tuple[str, ...] = ()) 
         node.process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         start_new_session=True, cwd=temp_dir)
     try:
+        # The node's own id, from the line it prints once up, then alive in the head's list. (Told apart as what was
+        # new in that list, the head itself passed for the new node whenever the list came back without it: the
+        # dashboard busy, or not yet listing a head just started. Tests then held the CPU of the wrong node, and
+        # test_two_nodes' trials trained on the head in every attempt, twice in four whole runs on 2026-12-02.)
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not (new := _alive_node_ids(head) - known):
+        while (node_id := _printed_node_id(node)) is None or node_id not in _alive_node_ids(head):
             if node.process.poll() is not None:
                 pytest.fail(f"ray worker node exited with {node.process.returncode}:\n{log_tail(node.log_path)}")
             if time.monotonic() > deadline:
                 pytest.fail(f"ray worker node not alive within {START_TIMEOUT_S} s:\n{log_tail(node.log_path)}")
             time.sleep(0.25)
-        node.node_id = new.pop()
+        node.node_id = node_id
     except BaseException:
         stop_node(node)
         raise
     return node
+
+
+def _printed_node_id(node: RayNode) -> str | None:
+    """The id tests/e2e/ray_worker_node.py prints once its node is up (None before)."""
+    found = re.search(r"^ray worker node up: ([0-9a-f]+)$", node.log_path.read_text(errors="replace"), re.M)
+    return found.group(1) if found else None
 
 
 def _alive_node_ids(head: RayHead) -> set[str]:

@@ -27,8 +27,9 @@ GRID_TIMEOUT_S = 300
 @pytest.fixture(scope="module")
 def head():
     # No CPU, as many clusters run their head: no trial can train there, so every trial of the grid trains on the
-    # second node until it is lost. (With one CPU held by an actor of the test's own, trials still trained on the head
-    # in whole-suite runs: in all three attempts of a grid, twice in four runs on 2026-12-02.)
+    # second node until it is lost, with nothing to hold. (The head's one CPU held by an actor of the test's own left
+    # trials on the head in all three attempts of a grid, twice in four whole runs on 2026-12-02: the hold was on the
+    # wrong node, start_node having taken the head for the node it started; fixed there.)
     head = start_head(num_cpus=0)
     try:
         yield head
@@ -48,13 +49,14 @@ def test_a_grid_loses_its_second_node_and_still_finishes_every_point(head, tmp_p
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         victim = frozen_with_a_training_trial(node, out, grid)
         assert victim is not None, log_tail(tmp_path / "grid.log", 80)
-        # The node is frozen mid-trial: the trial has not finished, so Tune must retry it.
+        # The node is frozen mid-trial: the trial has not finished, so Tune must retry it. Another node joins (as an
+        # autoscaler replaces a lost one; before the kill, so that the trials left need not wait for Ray to notice
+        # the loss), then the frozen one dies.
         unfinished = not (victim / "result.json").exists()
+        replacement = start_node(head, num_cpus=1)
         survivors = stop_node(node)  # SIGKILL its process group and every worker it started: the machine died
         node = None
         assert not survivors, survivors
-        # Nothing can train until another node joins (as an autoscaler replaces a lost one): the grid waits for it.
-        replacement = start_node(head, num_cpus=1)
 
         assert grid.wait(timeout=GRID_TIMEOUT_S) == 0, log_tail(tmp_path / "grid.log", 80)
         frame = pd.read_csv(out / "results.csv")

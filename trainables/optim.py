@@ -24,36 +24,43 @@ COMPILE = ("auto", "always", "never", "reduce-overhead")  # not on/off, which YA
 COMPILE_AUTO_STEPS = 10000
 
 
-def _undecorated(method: Callable) -> Callable:
-    """The function under a torch.optim method's decorators (each keeps what it wraps as __wrapped__, functools.wraps'
-    convention); the method itself where it has none."""
-    return inspect.unwrap(method)
+# torch.optim's methods under their decorators (each keeps what it wraps as __wrapped__, functools.wraps'
+# convention), found once here rather than at every step.
+_ADD_PARAM_GROUP, _ZERO_GRAD, _STATE_DICT, _LOAD_STATE_DICT = (inspect.unwrap(getattr(torch.optim.Optimizer, name))
+                                                              for name in ("add_param_group", "zero_grad",
+                                                                           "state_dict", "load_state_dict"))
 
 
 class _Eager:
     """torch.optim's methods, run as they are, without the decorators that import torch._dynamo on their first call
-    (1.1-1.4 s of CPU, a quarter of a trial worker's start on 2 cores) only to tell a compiler not to trace them into
+    (1.2-1.4 s of CPU, a quarter of a trial worker's start on 2 cores) only to tell a compiler not to trace them into
     a graph: `torch._disable_dynamo` on add_param_group, zero_grad, state_dict and load_state_dict, and step's wrapper,
     which sets grad mode to `differentiable` and breaks the graph around the update. headsweep compiles a member's
     forward and backward (population.py), never an optimizer's method: they only ever run eagerly, where the
     decorators do nothing else. The state, its state_dict and every update are torch's own (bit for bit:
     tests/unit/test_optim.py, which also checks that training imports no torch._dynamo)."""
 
+    _step: Callable  # the torch class's step, undecorated: set for each subclass
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._step = staticmethod(inspect.unwrap(super(_Eager, cls).step))
+
     def add_param_group(self, param_group: dict) -> None:
-        _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
+        _ADD_PARAM_GROUP(self, param_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+        _ZERO_GRAD(self, set_to_none)
 
     def state_dict(self) -> dict:
-        return _undecorated(torch.optim.Optimizer.state_dict)(self)
+        return _STATE_DICT(self)
 
     def load_state_dict(self, state_dict: dict) -> None:
-        _undecorated(torch.optim.Optimizer.load_state_dict)(self, state_dict)
+        _LOAD_STATE_DICT(self, state_dict)
 
     def step(self, closure=None):
         with torch.set_grad_enabled(self.defaults["differentiable"]):
-            return _undecorated(super().step)(self, closure)
+            return self._step(self, closure)
 
 
 class Adam(_Eager, torch.optim.Adam):

@@ -7,36 +7,34 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
-# Counts the full collections while importing what a sweep's driver and its trial workers import (sweep.tuner: Ray
-# Tune, torch, pandas, the trainable), after setting the thresholds it is given (None: Python's own).
-IMPORT_A_SWEEP = """
-import gc, json, sys
-own = json.loads(sys.argv[1])
+# The full collections while importing `module`, after setting the thresholds given (null: Python's own).
+IMPORT = """
+import gc, importlib, json, sys
+own, module = json.loads(sys.argv[1]), sys.argv[2]
 if own:
     gc.set_threshold(*own)
 full = []
 gc.callbacks.append(lambda phase, info: phase == "stop" and info["generation"] == 2 and full.append(1))
-import sweep.tuner
+importlib.import_module(module)
 print(json.dumps([len(full), gc.get_threshold()]))
 """
 
 
-def full_collections_importing_a_sweep(own_thresholds) -> tuple[int, list[int]]:
-    proc = subprocess.run([sys.executable, "-c", IMPORT_A_SWEEP, json.dumps(own_thresholds)], cwd=ROOT,
+def full_collections_importing(module: str, own_thresholds=None) -> tuple[int, list[int]]:
+    proc = subprocess.run([sys.executable, "-c", IMPORT, json.dumps(own_thresholds), module], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     count, thresholds = json.loads(proc.stdout)
     return count, thresholds
 
 
-@pytest.mark.parametrize("own", [None, [700, 10, 11]], ids=["python's thresholds", "its own thresholds"])
-def test_a_sweep_imports_without_walking_its_heap_unless_the_process_chose_its_own_thresholds(own):
-    count, thresholds = full_collections_importing_a_sweep(own)
-    if own is None:
-        first, second, _ = gc.get_threshold()  # this process imported trainables too: Python's first two
-        assert thresholds == [first, second, 100] and count <= 1, (count, thresholds)
-    else:  # kept, and then the imports walk the heap as in any Python process
-        assert thresholds == own and count >= 3, (count, thresholds)
+def test_a_sweep_imports_torch_ray_tune_and_pandas_without_walking_its_heap():
+    count, thresholds = full_collections_importing("sweep.tuner")  # what a driver and a trial worker import
+    first, second, _ = gc.get_threshold()  # this process imported trainables too: Python's first two
+    assert thresholds == [first, second, 100] and count <= 1, (count, thresholds)
+
+
+def test_a_process_that_chose_its_own_thresholds_keeps_them():
+    _, thresholds = full_collections_importing("trainables", [700, 10, 11])
+    assert thresholds == [700, 10, 11]

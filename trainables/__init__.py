@@ -7,7 +7,7 @@ objects, so a `headsweep train configs/debug.yaml` walked it six times while it 
 CPU (the last two 0.23-0.26 s each), and a debug grid's driver as much; training ran none after that (the same six in
 300 steps and in 3,000). Ten times rarer full collections: none in either; the younger generations, where short-lived
 cycles die, are collected as before. A trial worker imports Ray Tune before any of headsweep (the actor's class is
-Tune's) and gains one of its five. A process that set its own thresholds keeps them. (docs/PERFORMANCE.md)
+Tune's) and gains two of its five. A process that set its own thresholds keeps them. (docs/PERFORMANCE.md)
 """
 import gc
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trainables import FULL_COLLECTION_EVERY
+
 ROOT = Path(__file__).resolve().parents[2]
 # The full collections while importing `module`, after setting the thresholds given (null: Python's own).
 IMPORT = """
@@ -32,7 +34,7 @@ def full_collections_importing(module: str, own_thresholds=None) -> tuple[int, l
 def test_a_sweep_imports_torch_ray_tune_and_pandas_without_walking_its_heap():
     count, thresholds = full_collections_importing("sweep.tuner")  # what a driver and a trial worker import
     first, second, _ = gc.get_threshold()  # this process imported trainables too: Python's first two
-    assert thresholds == [first, second, 100] and count <= 1, (count, thresholds)
+    assert thresholds == [first, second, FULL_COLLECTION_EVERY] and count <= 1, (count, thresholds)
 
 
 def test_a_process_that_chose_its_own_thresholds_keeps_them():

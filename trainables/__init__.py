@@ -1,7 +1,7 @@
 """headsweep's bottom layer (tasks, models, training, a trial). Imported first by every headsweep process (sweep/ imports
 it before Ray Tune), hence the one process-wide setting below.
 
-The collector's full collections: Python (3.10-3.13) runs one every ten younger ones once the heap has grown by a
+The collector's full collections: Python (3.11, measured) runs one every ten younger ones once the heap has grown by a
 quarter, and each walks every object alive. Importing torch, Ray Tune and pandas grows the heap from ~50k to ~330k
 objects, so a `headsweep train configs/debug.yaml` walked it six times while it started, 0.55-0.61 s of its ~6 s of
 CPU (the last two 0.23-0.26 s each), and a debug grid's driver as much; training ran none after that (the same six in

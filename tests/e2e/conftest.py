@@ -28,6 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import warnings
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,24 @@ class RayHead:
 
     def log_tail(self, n: int = 60) -> str:
         return log_tail(self.log_path, n)
+
+    def diagnosis(self) -> str:
+        """What a failure on this head needs to be understood: `ray start --block` ends the whole head when any of
+        its processes dies and names that process in its own log; the processes' logs say why."""
+        logs = self.temp_dir / "session_latest" / "logs"
+        head_log = ANSI_ESCAPE.sub("", self.log_tail(8))  # `ray start` colours its output
+        parts = [f"--- {self.log_path.name} (exit {self.process.poll()})\n{head_log}"]
+        for name in HEAD_LOGS:
+            tail = log_tail(logs / name, 15)
+            if tail.strip():
+                parts.append(f"--- {name}\n{tail}")
+        return "\n".join(parts)
+
+
+# The head's own logs, read when a test on a head fails: which process exited, and the errors of those that can.
+HEAD_LOGS = ("ray_process_exit.log", "gcs_server.err", "raylet.err", "dashboard.err", "dashboard.log",
+             "dashboard_agent.log", "runtime_env_agent.log")
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def log_tail(path: Path, n: int = 60) -> str:
@@ -340,9 +359,28 @@ RAY_HEAD_CPUS = 1  # as the integration tier's shared head (tests/integration/co
 def ray_head():
     """A real single-node Ray head on 127.0.0.1 with token auth and RAY_HEAD_CPUS CPUs: .address, .dashboard_url,
     .env, .ray(...)."""
+    return shared_head()
+
+
+def shared_head() -> RayHead:
+    """The running shared head, or a new one. One that died during an earlier test (which failed, with the head's
+    logs in its report) is replaced, so that the tests after it run on a head again."""
+    if "head" in _RUNNING and _RUNNING["head"].process.poll() is not None:
+        dead = _RUNNING.pop("head")
+        warnings.warn(f"the e2e tests' shared ray head had died; a new one is started:\n{dead.diagnosis()}")
+        stop_head(dead)
     if "head" not in _RUNNING:
         _RUNNING["head"] = start_head(num_cpus=RAY_HEAD_CPUS)
     return _RUNNING["head"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that ran on the shared head carries the head's logs: a head that died mid-test (CI, 2026-12-02:
+    five tests failed on one head whose dashboard went away, nothing said why) is otherwise a mystery."""
+    report = (yield).get_result()
+    if report.failed and "head" in _RUNNING and "ray_head" in getattr(item, "fixturenames", ()):
+        report.sections.append(("ray head", _RUNNING["head"].diagnosis()))
 
 
 def pytest_runtest_teardown(item, nextitem):
